@@ -1,0 +1,56 @@
+// Contract: the small value types every layer of the compiler shares.
+//
+// Glossary (the planner's terms, defined once here):
+//   tensor     a buffer the training step reads or writes: an input, a parameter, an activation...
+//              Identified by a dense TensorId (its index in TrainingGraph::tensors).
+//   step       one operation of the training step, in execution order. Time is the step index
+//              (StepIndex): step s runs after step s-1 finishes on the compute stream.
+//   interval   a span of steps [first, last]. BOTH ENDS ARE INCLUSIVE, everywhere in AutoVM.
+//   lifetime   the interval from the step that defines a tensor to the last step that uses it.
+//   live bytes the bytes of every tensor whose lifetime contains a step; the peak of live bytes
+//              is the bound no arena layout can beat.
+//   residency  whether a tensor's bytes sit on the GPU at a given step (swap planning).
+//   action     a memory operation attached before or after a step: prefetch, evict, discard,
+//              recompute, advise.
+//   budget     the most bytes that may be resident on the GPU at any step.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace autovm {
+
+using TensorId = int32_t;
+using StepIndex = int64_t;  // an index into the flattened schedule of the training step
+using Shape = std::vector<int64_t>;
+
+inline constexpr TensorId kNoTensor = -1;
+
+enum class DType : uint8_t { undefined, f32, f16, bf16, f64, i64, i32, i16, i8, u8, boolean };
+
+enum class TensorKind : uint8_t {
+  input,            // the training batch's data
+  label,            // integer class labels of the batch
+  parameter,        // trainable weight: lives across steps
+  buffer,           // non-trainable state (batch norm running statistics, float constants)
+  gradient,         // gradient of a parameter: defined in backward, consumed by the optimizer
+  optimizer_state,  // momentum, Adam moments: live across steps
+  activation,       // forward value (and the loss's saved values)
+  activation_grad,  // gradient of an activation: backward only
+  workspace,        // scratch memory of one step (convolution algorithms), live for that step only
+};
+inline constexpr int kTensorKindCount = 9;
+
+enum class Phase : uint8_t { forward, loss, backward, optimizer };
+
+std::string_view name(DType);
+std::string_view name(TensorKind);
+std::string_view name(Phase);
+int64_t element_size(DType);       // bytes of one element; 0 for undefined
+bool is_floating(DType);
+bool persists_across_steps(TensorKind);  // parameter, buffer, optimizer_state
+
+int64_t element_count(const Shape&);  // product of dims; 1 for a scalar
+
+}  // namespace autovm
