@@ -54,6 +54,7 @@ struct Value {
   bool shape_known = false;
   // As declared in the file, -1 for a symbolic or missing dimension (graph inputs/outputs only).
   Shape declared_shape;
+  bool shape_declared = false;  // the file declares a shape (possibly rank 0) for this value
   ValueSource source = ValueSource::node_output;
   bool has_data = false;              // initializer bytes are in the file or an external file
   std::optional<ConstValue> value;    // statically known values (small integer tensors, folds)
@@ -98,6 +99,16 @@ struct Model {
     return it == value_index.end() ? -1 : it->second;
   }
 };
+
+// The most elements a tensor may have: its bytes must fit in int64_t.
+inline constexpr int64_t kMaxElements = INT64_MAX / 8;
+
+// Product of `shape`'s dims, or -1 when a dim is negative or the product of the non-zero dims
+// exceeds kMaxElements.
+int64_t checked_element_count(const Shape& shape);
+
+// ONNX TensorProto data type -> DType; undefined for types AutoVM does not handle.
+DType dtype_from_onnx(int32_t onnx_type);
 
 struct LoadOptions {
   // Integer initializers up to this many elements have their values read (shape arithmetic).

@@ -1,0 +1,158 @@
+// autovm-plan: the ahead-of-time compiler's command line. See usage() for the contract.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "driver/pipeline.h"
+#include "driver/summary.h"
+#include "emit/plan_json.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+#include "util/size.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: autovm-plan MODEL [--budget SIZE] [--batch N] [--optimizer sgd|momentum|adam]
+                   [-o PLAN] [--workspace-limit SIZE] [--quiet]
+
+Plans the training step of a CNN exported to ONNX: builds forward, loss (softmax
+cross-entropy), backward and optimizer, computes every tensor's lifetime, the memory
+timeline and its peak, and lays every tensor out in one arena. Writes the plan as JSON
+(schemas/plan.schema.json) to PLAN, or to standard output; prints a summary to standard
+error.
+
+options:
+  --budget SIZE         GPU memory the step may use (default: no limit). SIZE is a
+                        number with a unit: B, KB, MB, GB, TB (powers of 10) or KiB,
+                        MiB, GiB, TiB (powers of 2), e.g. 8GB, 7.5GiB.
+  --batch N             batch size; overrides the input's first dimension, symbolic or
+                        fixed (default: the model's own, when fixed)
+  --optimizer NAME      sgd (default), momentum or adam
+  -o, --output PLAN     write the plan here (atomically) instead of standard output
+  --workspace-limit SIZE
+                        most scratch memory assumed for one convolution (default 256MiB)
+  --quiet               no summary on standard error
+  -h, --help            this text
+  --version             the version
+
+exit codes:
+  0  the plan was written
+  1  internal error (a bug: please report it)
+  2  bad usage: unknown option, unparsable size, batch 0
+  3  the model file is missing or unreadable
+  4  the file is not a valid ONNX model (not ONNX, truncated, inconsistent shapes)
+  5  the model uses ops AutoVM does not support (all of them are named)
+  6  the training step does not fit the budget (the message says by how much)
+  7  the plan could not be written
+)";
+
+struct Args {
+  std::string model;
+  std::string output;
+  autovm::PlanOptions options;
+  bool quiet = false;
+};
+
+[[noreturn]] void usage_error(const std::string& message) {
+  throw autovm::Error(autovm::ErrorKind::usage,
+                      message + "\n(run 'autovm-plan --help' for the options)");
+}
+
+int64_t parse_count(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0)
+    usage_error(fmt::format("{} takes a whole number, not '{}'", flag, text));
+  if (v < 1) usage_error(fmt::format("{} must be at least 1, not {}", flag, text));
+  return v;
+}
+
+Args parse_args(int argc, char** argv, bool& done) {
+  Args a;
+  a.options.budget_bytes = std::numeric_limits<int64_t>::max();
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) usage_error(fmt::format("{} needs a value", arg));
+      return args[++i];
+    };
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsage, stdout);
+      done = true;
+      return a;
+    } else if (arg == "--version") {
+      std::puts("autovm-plan " AUTOVM_VERSION);
+      done = true;
+      return a;
+    } else if (arg == "--budget") {
+      a.options.budget_bytes = autovm::parse_size(value());
+    } else if (arg == "--batch") {
+      a.options.batch = parse_count(arg, value());
+    } else if (arg == "--optimizer") {
+      std::string v = value();
+      auto o = autovm::training::parse_optimizer(v);
+      if (!o) usage_error(fmt::format("unknown optimizer '{}': use sgd, momentum or adam", v));
+      a.options.optimizer = *o;
+    } else if (arg == "-o" || arg == "--output") {
+      a.output = value();
+    } else if (arg == "--workspace-limit") {
+      a.options.conv_workspace_limit = autovm::parse_size(value(), true);
+    } else if (arg == "--quiet") {
+      a.quiet = true;
+    } else if (!arg.empty() && arg[0] == '-' && arg != "-") {
+      usage_error(fmt::format("unknown option '{}'", arg));
+    } else if (a.model.empty()) {
+      a.model = arg;
+    } else {
+      usage_error(fmt::format("one model at a time: got '{}' and '{}'", a.model, arg));
+    }
+  }
+  if (a.model.empty()) usage_error("no model given: autovm-plan MODEL.onnx [--budget SIZE]");
+  return a;
+}
+
+int run(int argc, char** argv) {
+  bool done = false;
+  Args a = parse_args(argc, argv, done);
+  if (done) return 0;
+  autovm::Plan plan = autovm::make_plan(a.model, a.options);
+  if (!a.quiet) std::fputs(autovm::plan_summary(plan).c_str(), stderr);
+  if (plan.timeline.peak_bytes > plan.options.budget_bytes)
+    throw autovm::Error(
+        autovm::ErrorKind::infeasible,
+        fmt::format("the training step needs {} at its peak but the budget is {}: {} over. "
+                    "Raise --budget or lower --batch",
+                    autovm::format_bytes(plan.timeline.peak_bytes),
+                    autovm::format_bytes(plan.options.budget_bytes),
+                    autovm::format_bytes(plan.timeline.peak_bytes - plan.options.budget_bytes)));
+  std::string json = autovm::plan_to_json(plan);
+  if (a.output.empty() || a.output == "-") {
+    if (std::fwrite(json.data(), 1, json.size(), stdout) != json.size() || std::fflush(stdout) != 0)
+      throw autovm::Error(autovm::ErrorKind::output, "cannot write the plan to standard output");
+  } else {
+    autovm::write_file_atomically(a.output, json);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const autovm::Error& e) {
+    std::fprintf(stderr, "autovm-plan: error: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "autovm-plan: internal error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,16 @@
+// Contract: the pipeline of passes from a model file to a Plan, in the order data flows:
+//   load_model -> check_supported_ops -> infer_shapes -> build_training_step
+//   -> compute_lifetimes -> compute_timeline -> layout_arena
+// Each pass throws autovm::Error on bad input; the pipeline adds nothing but the order.
+#pragma once
+
+#include <string>
+
+#include "plan/plan.h"
+
+namespace autovm {
+
+// options.batch == 0 means "the model's own batch dimension"; Error(usage) if it is symbolic.
+Plan make_plan(const std::string& model_path, const PlanOptions& options);
+
+}  // namespace autovm

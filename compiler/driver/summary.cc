@@ -1,0 +1,71 @@
+#include "driver/summary.h"
+
+#include <fmt/format.h>
+
+#include "emit/plan_json.h"
+#include "util/size.h"
+
+namespace autovm {
+namespace {
+
+std::string shape_text(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+std::string plan_summary(const Plan& plan) {
+  const TrainingGraph& g = plan.training.graph;
+  const MemoryTimeline& tl = plan.timeline;
+  const PlanStatistics stats = compute_statistics(plan);
+  std::string out;
+  auto line = [&](std::string_view label, const std::string& text) {
+    out += fmt::format("  {:<11}{}\n", label, text);
+  };
+  const ModelIdentity& m = plan.model;
+  out += fmt::format("autovm-plan: {} (sha256 {}, IR {}, opset {}, {})\n", m.file,
+                     m.sha256.substr(0, 12), m.ir_version, m.opset,
+                     m.producer.empty() ? "unknown producer" : m.producer);
+  line("input", fmt::format("{} {} {}, {} classes, optimizer {}", m.input_name, name(m.input_dtype),
+                            shape_text(m.input_shape), m.classes, training::name(plan.options.optimizer)));
+  line("parameters", fmt::format("{} elements, {}", stats.parameter_count,
+                                 format_bytes(stats.bytes_by_kind[size_t(TensorKind::parameter)])));
+  line("steps", fmt::format("{}: {} forward, {} loss, {} backward, {} optimizer; {:.3g} GFLOP",
+                            g.step_count(), stats.steps_by_phase[0], stats.steps_by_phase[1],
+                            stats.steps_by_phase[2], stats.steps_by_phase[3],
+                            stats.total_flops / 1e9));
+  std::string where = "";
+  if (tl.peak_step < g.step_count()) {
+    const Step& s = g.step(tl.peak_step);
+    where = fmt::format(" at step {} ({} {}{})", s.id, name(s.phase), s.op,
+                        s.node.empty() ? "" : " " + s.node);
+  }
+  line("peak", format_bytes(tl.peak_bytes) + where);
+  std::string kinds;
+  for (int k = 0; k < kTensorKindCount; ++k) {
+    int64_t b = tl.peak_by_kind[static_cast<size_t>(k)];
+    if (b > 0) kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", name(TensorKind(k)), format_bytes_short(b));
+  }
+  line("", kinds);
+  out += "  largest tensors live at the peak:\n";
+  for (size_t i = 0; i < tl.peak_tensors.size() && i < 5; ++i) {
+    const Tensor& t = g.tensor(tl.peak_tensors[i]);
+    out += fmt::format("    {:>10}  {:<16} {}\n", format_bytes_short(t.bytes), name(t.kind), t.name);
+  }
+  double ratio = tl.peak_bytes > 0 ? double(plan.arena.size) / double(tl.peak_bytes) : 1.0;
+  line("arena", fmt::format("{}, {:.3f}x the peak of live bytes (the bound no layout beats)",
+                            format_bytes(plan.arena.size), ratio));
+  int64_t budget = plan.options.budget_bytes;
+  if (tl.peak_bytes <= budget)
+    line("budget", fmt::format("{}: fits, {} to spare", format_bytes(budget),
+                               format_bytes_short(budget - tl.peak_bytes)));
+  else
+    line("budget", fmt::format("{}: does not fit; the step needs {} more", format_bytes(budget),
+                               format_bytes(tl.peak_bytes - budget)));
+  if (plan.training.looks_like_inference_export) line("note", plan.training.inference_hint);
+  return out;
+}
+
+}  // namespace autovm

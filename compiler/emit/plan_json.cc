@@ -1,0 +1,200 @@
+#include "emit/plan_json.h"
+
+#include "emit/json_writer.h"
+
+namespace autovm {
+namespace {
+
+std::string_view name(ActionKind k) {
+  switch (k) {
+    case ActionKind::prefetch: return "prefetch";
+    case ActionKind::evict: return "evict";
+    case ActionKind::discard: return "discard";
+    case ActionKind::recompute: return "recompute";
+    case ActionKind::advise: return "advise";
+  }
+  return "prefetch";
+}
+
+void write_by_kind(JsonWriter& w, const BytesByKind& b) {
+  w.begin_object();
+  for (int k = 0; k < kTensorKindCount; ++k) w.key(name(static_cast<TensorKind>(k))).value(b[static_cast<size_t>(k)]);
+  w.end_object();
+}
+
+}  // namespace
+
+PlanStatistics compute_statistics(const Plan& plan) {
+  PlanStatistics s;
+  const TrainingGraph& g = plan.training.graph;
+  for (const Tensor& t : g.tensors) {
+    s.bytes_by_kind[static_cast<size_t>(t.kind)] += t.bytes;
+    if (t.kind == TensorKind::parameter) s.parameter_count += element_count(t.shape);
+  }
+  for (const Step& st : g.steps) {
+    s.steps_by_phase[static_cast<int>(st.phase)] += 1;
+    s.total_flops += st.flops;
+  }
+  return s;
+}
+
+std::string plan_to_json(const Plan& plan) {
+  const TrainingGraph& g = plan.training.graph;
+  const PlanStatistics stats = compute_statistics(plan);
+  JsonWriter w;
+  w.begin_object();
+  w.newline();
+  w.key("schema_version").value(kPlanSchemaVersion);
+  w.key("generator").value("autovm-plan " AUTOVM_VERSION);
+  w.key("execution_model").value("autovm-1");
+  w.newline();
+
+  const ModelIdentity& m = plan.model;
+  w.key("model").begin_object();
+  w.key("file").value(m.file);
+  w.key("sha256").value(m.sha256);
+  w.key("file_bytes").value(m.file_bytes);
+  w.key("ir_version").value(m.ir_version);
+  w.key("opset").value(m.opset);
+  w.key("producer").value(m.producer);
+  w.key("input").begin_object();
+  w.key("name").value(m.input_name);
+  w.key("dtype").value(name(m.input_dtype));
+  w.key("shape").array(m.input_shape);
+  w.end_object();
+  w.key("batch").value(m.batch);
+  w.key("classes").value(m.classes);
+  w.key("looks_like_inference_export").value(plan.training.looks_like_inference_export);
+  w.end_object();
+  w.newline();
+
+  const PlanOptions& o = plan.options;
+  w.key("options").begin_object();
+  w.key("budget_bytes").value(o.budget_bytes);
+  w.key("batch").value(m.batch);
+  w.key("optimizer").value(training::name(o.optimizer));
+  w.key("conv_workspace_limit_bytes").value(o.conv_workspace_limit);
+  w.key("alignment_bytes").value(o.alignment);
+  w.end_object();
+  w.newline();
+
+  w.key("tensors").begin_array();
+  for (const Tensor& t : g.tensors) {
+    w.newline();
+    w.begin_object();
+    w.key("id").value(t.id);
+    w.key("name").value(t.name);
+    w.key("kind").value(name(t.kind));
+    w.key("dtype").value(name(t.dtype));
+    w.key("shape").array(t.shape);
+    w.key("bytes").value(t.bytes);
+    w.key("offset").value(plan.arena.offset[static_cast<size_t>(t.id)]);
+    if (!t.aliases.empty()) {
+      w.key("aliases").begin_array();
+      for (const auto& a : t.aliases) w.value(a);
+      w.end_array();
+    }
+    w.end_object();
+  }
+  w.end_array();
+  w.newline();
+
+  w.key("steps").begin_array();
+  for (const Step& s : g.steps) {
+    w.newline();
+    w.begin_object();
+    w.key("id").value(s.id);
+    w.key("op").value(s.op);
+    w.key("phase").value(name(s.phase));
+    w.key("node").value(s.node);
+    w.key("inputs").array(s.inputs);
+    w.key("outputs").array(s.outputs);
+    w.key("workspace");
+    if (s.workspace == kNoTensor) w.null();
+    else w.value(s.workspace);
+    w.key("flops").value(s.flops);
+    w.key("bytes_touched").value(s.bytes_touched);
+    w.end_object();
+  }
+  w.end_array();
+  w.newline();
+
+  w.key("lifetimes").begin_array();
+  for (size_t i = 0; i < plan.lifetimes.size(); ++i) {
+    const Lifetime& l = plan.lifetimes[i];
+    w.newline();
+    w.begin_object();
+    w.key("tensor").value(static_cast<int64_t>(i));
+    w.key("first").value(l.first);
+    w.key("last").value(l.last);
+    w.key("persistent").value(l.persistent);
+    w.key("uses").array(l.uses);
+    w.end_object();
+  }
+  w.end_array();
+  w.newline();
+
+  w.key("actions").begin_array();
+  for (const Action& a : plan.actions) {
+    w.newline();
+    w.begin_object();
+    w.key("step").value(a.step);
+    w.key("when").value(a.when == ActionWhen::before ? "before" : "after");
+    w.key("kind").value(name(a.kind));
+    w.key("tensor").value(a.tensor);
+    w.key("bytes").value(a.bytes);
+    if (!a.mechanism.empty()) w.key("mechanism").value(a.mechanism);
+    if (!a.advice.empty()) w.key("advice").value(a.advice);
+    w.key("issue_us").value(a.issue_us);
+    w.key("ready_us").value(a.ready_us);
+    w.end_object();
+  }
+  w.end_array();
+  w.newline();
+
+  const MemoryTimeline& tl = plan.timeline;
+  w.key("statistics").begin_object();
+  w.newline();
+  w.key("tensor_count").value(static_cast<int64_t>(g.tensors.size()));
+  w.key("step_count").value(g.step_count());
+  w.key("steps_by_phase").begin_object();
+  for (int p = 0; p < 4; ++p) w.key(name(static_cast<Phase>(p))).value(stats.steps_by_phase[p]);
+  w.end_object();
+  w.key("parameter_count").value(stats.parameter_count);
+  w.key("parameter_bytes").value(stats.bytes_by_kind[static_cast<size_t>(TensorKind::parameter)]);
+  w.key("bytes_by_kind");
+  write_by_kind(w, stats.bytes_by_kind);
+  w.key("total_flops").value(stats.total_flops);
+  w.newline();
+  w.key("peak_bytes").value(tl.peak_bytes);
+  w.key("peak_step").value(tl.peak_step);
+  w.key("peak_by_kind");
+  write_by_kind(w, tl.peak_by_kind);
+  w.key("peak_tensors").array(tl.peak_tensors);
+  w.newline();
+  w.key("arena_bytes").value(plan.arena.size);
+  w.key("arena_fragmentation_bytes").value(plan.arena.size - tl.peak_bytes);
+  w.key("fits_budget").value(tl.peak_bytes <= o.budget_bytes);
+  w.key("over_budget_bytes").value(tl.peak_bytes > o.budget_bytes ? tl.peak_bytes - o.budget_bytes : int64_t(0));
+  w.newline();
+  w.key("timeline").begin_object();
+  w.key("kinds").begin_array();
+  for (int k = 0; k < kTensorKindCount; ++k) w.value(name(static_cast<TensorKind>(k)));
+  w.end_array();
+  w.key("bytes").begin_array();
+  for (const BytesByKind& b : tl.by_kind) {
+    w.newline();
+    w.begin_array();
+    for (int64_t v : b) w.value(v);
+    w.end_array();
+  }
+  w.end_array();
+  w.end_object();
+  w.end_object();
+  w.newline();
+  w.end_object();
+  w.newline();
+  return w.take();
+}
+
+}  // namespace autovm

@@ -1,0 +1,588 @@
+// The ONNX loader: protobuf bytes -> validated, topologically sorted `Model` (contract in model.h).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <queue>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "model/model.h"
+#include "util/error.h"
+#include "util/sha256.h"
+
+namespace autovm::model {
+
+int64_t checked_element_count(const Shape& shape) {
+  int64_t count = 1, nonzero = 1;  // nonzero bounds every partial product, even past a 0 dim
+  for (int64_t d : shape) {
+    if (d < 0 || nonzero > kMaxElements / std::max<int64_t>(d, 1)) return -1;
+    nonzero *= std::max<int64_t>(d, 1);
+    count = d == 0 ? 0 : count * d;
+  }
+  return count;
+}
+
+DType dtype_from_onnx(int32_t t) {
+  using T = onnx::TensorProto;
+  switch (t) {
+    case T::FLOAT: return DType::f32;
+    case T::FLOAT16: return DType::f16;
+    case T::BFLOAT16: return DType::bf16;
+    case T::DOUBLE: return DType::f64;
+    case T::INT64: return DType::i64;
+    case T::INT32: return DType::i32;
+    case T::INT16: return DType::i16;
+    case T::INT8: return DType::i8;
+    case T::UINT8: return DType::u8;
+    case T::BOOL: return DType::boolean;
+    default: return DType::undefined;
+  }
+}
+
+int64_t Node::attr_i(const std::string& key, int64_t fallback) const {
+  const Attribute* a = attr(key);
+  return a && a->kind == Attribute::Kind::i ? a->i : fallback;
+}
+
+double Node::attr_f(const std::string& key, double fallback) const {
+  const Attribute* a = attr(key);
+  return a && a->kind == Attribute::Kind::f ? a->f : fallback;
+}
+
+std::vector<int64_t> Node::attr_ints(const std::string& key) const {
+  const Attribute* a = attr(key);
+  return a && a->kind == Attribute::Kind::ints ? a->ints : std::vector<int64_t>{};
+}
+
+std::string Node::attr_s(const std::string& key, const std::string& fallback) const {
+  const Attribute* a = attr(key);
+  return a && a->kind == Attribute::Kind::s ? a->s : fallback;
+}
+
+namespace {
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw Error(ErrorKind::invalid_model, message);
+}
+
+std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+DType known_dtype(int32_t t, const std::string& what) {
+  DType d = dtype_from_onnx(t);
+  if (d == DType::undefined) {
+    invalid(what + " has data type " + std::to_string(t) +
+            ", which AutoVM does not handle (supported: float32/16, bfloat16, float64, int64/32/16/8, "
+            "uint8, bool)");
+  }
+  return d;
+}
+
+// Dims of a tensor, each checked non-negative and their product bounded.
+Shape tensor_dims(const onnx::TensorProto& t, const std::string& what) {
+  Shape dims(t.dims().begin(), t.dims().end());
+  if (checked_element_count(dims) < 0) {
+    invalid(what + " has dims " + shape_str(dims) + ": dims must be non-negative and the element "
+            "count must fit in 64 bits");
+  }
+  return dims;
+}
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000 | (mant << 13);  // inf / nan
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    exp = 113;
+    while (!(mant & 0x400)) { mant <<= 1; --exp; }
+    bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Appends the little-endian element of dtype `t` at `p` to `out`.
+void decode_element(const unsigned char* p, DType t, ConstValue& out) {
+  auto le = [p](int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+    return v;
+  };
+  switch (t) {
+    case DType::i64: out.ints.push_back(int64_t(le(8))); break;
+    case DType::i32: out.ints.push_back(int32_t(uint32_t(le(4)))); break;
+    case DType::i16: out.ints.push_back(int16_t(uint16_t(le(2)))); break;
+    case DType::i8: out.ints.push_back(int8_t(p[0])); break;
+    case DType::u8: out.ints.push_back(p[0]); break;
+    case DType::boolean: out.ints.push_back(p[0] != 0); break;
+    case DType::f64: { uint64_t b = le(8); double d; std::memcpy(&d, &b, 8); out.floats.push_back(d); break; }
+    case DType::f32: { uint32_t b = uint32_t(le(4)); float f; std::memcpy(&f, &b, 4); out.floats.push_back(f); break; }
+    case DType::f16: out.floats.push_back(half_to_float(uint16_t(le(2)))); break;
+    case DType::bf16: {
+      uint32_t b = uint32_t(le(2)) << 16;
+      float f;
+      std::memcpy(&f, &b, 4);
+      out.floats.push_back(f);
+      break;
+    }
+    case DType::undefined: break;
+  }
+}
+
+std::string external_entry(const onnx::TensorProto& t, const std::string& key) {
+  for (const auto& e : t.external_data()) {
+    if (e.key() == key) return e.value();
+  }
+  return "";
+}
+
+bool is_external(const onnx::TensorProto& t) {
+  return t.data_location() == onnx::TensorProto::EXTERNAL;
+}
+
+int64_t parse_offset(const std::string& s, const std::string& what) {
+  if (s.empty()) return -1;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9' || v > (int64_t{1} << 56)) invalid(what + " has a bad external offset/length '" + s + "'");
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+// Reads `bytes` bytes of tensor `t`'s external data (relative to base_dir).
+std::string read_external(const onnx::TensorProto& t, int64_t bytes, const std::string& base_dir,
+                          const std::string& what) {
+  std::string location = external_entry(t, "location");
+  std::filesystem::path rel(location);
+  bool escapes = location.empty() || rel.is_absolute() || location.find('\0') != std::string::npos;
+  for (const auto& part : rel) escapes = escapes || part == "..";
+  if (escapes) {
+    invalid(what + " has external data location " + quoted(location) +
+            "; it must be a relative path inside the model's folder");
+  }
+  int64_t offset = parse_offset(external_entry(t, "offset"), what);
+  int64_t length = parse_offset(external_entry(t, "length"), what);
+  if (length >= 0 && length != bytes) {
+    invalid(what + " has external length " + std::to_string(length) + " but needs " +
+            std::to_string(bytes) + " bytes");
+  }
+  std::string file = (std::filesystem::path(base_dir) / rel).string();
+  int fd = ::open(file.c_str(), O_RDONLY);
+  if (fd < 0) {
+    invalid(what + " keeps its data in external file " + quoted(file) + ", which cannot be read: " +
+            std::strerror(errno) + "; keep the data file next to the model");
+  }
+  std::string data(size_t(bytes), '\0');
+  int64_t done = 0;
+  while (done < bytes) {
+    ssize_t n = ::pread(fd, data.data() + done, size_t(bytes - done), std::max<int64_t>(offset, 0) + done);
+    if (n <= 0) break;
+    done += n;
+  }
+  ::close(fd);
+  if (done != bytes) {
+    invalid(what + " needs " + std::to_string(bytes) + " bytes at offset " +
+            std::to_string(std::max<int64_t>(offset, 0)) + " of external file " + quoted(file) +
+            ", which is too short");
+  }
+  return data;
+}
+
+// Reads the values of tensor `t` (dtype, dims already checked). Returns nullopt when the tensor
+// carries no data (stripped weights) or keeps floats in an external file (never read); throws
+// when the data is there but malformed.
+std::optional<ConstValue> read_values(const onnx::TensorProto& t, DType dtype, const Shape& dims,
+                                      const std::string& base_dir, const std::string& what) {
+  ConstValue v;
+  v.dtype = dtype;
+  v.shape = dims;
+  const int64_t count = checked_element_count(dims);
+  const int64_t esize = element_size(dtype);
+  auto from_bytes = [&](const std::string& bytes) {
+    if (int64_t(bytes.size()) != count * esize) {
+      invalid(what + " has " + std::to_string(bytes.size()) + " bytes of data but dims " +
+              shape_str(dims) + " of " + std::string(name(dtype)) + " need " +
+              std::to_string(count * esize));
+    }
+    auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+    for (int64_t i = 0; i < count; ++i) decode_element(p + i * esize, dtype, v);
+  };
+  auto from_typed = [&](const auto& field, auto convert) {
+    if (field.size() != count) {
+      invalid(what + " has " + std::to_string(field.size()) + " values but dims " + shape_str(dims) +
+              " need " + std::to_string(count));
+    }
+    for (auto x : field) convert(x);
+  };
+  if (count == 0) return v;
+  if (is_external(t)) {
+    if (is_floating(dtype)) return std::nullopt;  // float bytes are never needed, nor read
+    from_bytes(read_external(t, count * esize, base_dir, what));
+  } else if (t.has_raw_data()) {
+    from_bytes(t.raw_data());
+  } else if (dtype == DType::i64 && t.int64_data_size() > 0) {
+    from_typed(t.int64_data(), [&](int64_t x) { v.ints.push_back(x); });
+  } else if (dtype == DType::f32 && t.float_data_size() > 0) {
+    from_typed(t.float_data(), [&](float x) { v.floats.push_back(x); });
+  } else if (dtype == DType::f64 && t.double_data_size() > 0) {
+    from_typed(t.double_data(), [&](double x) { v.floats.push_back(x); });
+  } else if (t.int32_data_size() > 0 && dtype != DType::i64 && dtype != DType::f32 && dtype != DType::f64) {
+    // int32_data holds int32/16/8, uint8, bool, and the bits of float16/bfloat16.
+    from_typed(t.int32_data(), [&](int32_t x) {
+      unsigned char b[4];
+      for (int k = 0; k < 4; ++k) b[k] = uint32_t(x) >> (8 * k) & 0xff;
+      if (dtype == DType::i32) v.ints.push_back(x);
+      else if (dtype == DType::i16) v.ints.push_back(int16_t(x));
+      else if (dtype == DType::i8) v.ints.push_back(int8_t(x));
+      else decode_element(b, dtype, v);
+    });
+  } else {
+    return std::nullopt;
+  }
+  return v;
+}
+
+bool has_data(const onnx::TensorProto& t, int64_t count) {
+  if (is_external(t)) return !external_entry(t, "location").empty();
+  return count == 0 || t.has_raw_data() || t.float_data_size() > 0 || t.int32_data_size() > 0 ||
+         t.int64_data_size() > 0 || t.double_data_size() > 0 || t.uint64_data_size() > 0;
+}
+
+// Declared dtype and shape of a graph input or output.
+void read_type(const onnx::ValueInfoProto& info, bool require_type, Value& v) {
+  const std::string what = "graph " + std::string(require_type ? "input " : "output ") + quoted(info.name());
+  if (!info.has_type()) {
+    if (require_type) invalid(what + " has no type; AutoVM needs its element type and shape");
+    return;
+  }
+  if (!info.type().has_tensor_type()) invalid(what + " is not a tensor; AutoVM handles tensor inputs and outputs only");
+  const auto& tt = info.type().tensor_type();
+  if (require_type || tt.elem_type() != 0) v.dtype = known_dtype(tt.elem_type(), what);
+  if (!tt.has_shape()) return;
+  v.shape_declared = true;
+  for (const auto& d : tt.shape().dim()) {
+    if (d.has_dim_value() && d.dim_value() < 0) {
+      invalid(what + " declares a negative dimension " + std::to_string(d.dim_value()));
+    }
+    v.declared_shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
+  }
+}
+
+class Converter {
+ public:
+  Converter(const onnx::ModelProto& proto, const std::string& name, const std::string& base_dir,
+            const LoadOptions& options)
+      : proto_(proto), g_(proto.graph()), name_(name), base_dir_(base_dir), options_(options) {}
+
+  Model run() {
+    if (!proto_.has_graph()) invalid(quoted(name_) + " has no graph; it is not a usable ONNX model");
+    if (g_.node_size() == 0) invalid(quoted(name_) + " has a graph with no nodes");
+    read_header();
+    add_inputs_and_initializers();
+    std::vector<int> order = sort_nodes();
+    for (int file_index : order) add_node(file_index);
+    for (const auto& out : g_.output()) {
+      int v = lookup(out.name());
+      if (v < 0) invalid("graph output " + quoted(out.name()) + " is not produced by any node, initializer or input");
+      read_type(out, false, m_.values[v]);
+      m_.outputs.push_back(v);
+    }
+    for (size_t i = 0; i < m_.values.size(); ++i) m_.value_index.emplace(m_.values[i].name, int(i));
+    return std::move(m_);
+  }
+
+ private:
+  void read_header() {
+    m_.ir_version = proto_.ir_version();
+    m_.producer = proto_.producer_name();
+    if (!proto_.producer_version().empty()) m_.producer += " " + proto_.producer_version();
+    m_.graph_name = g_.name();
+    bool found = false;
+    for (const auto& op : proto_.opset_import()) {
+      if (op.domain().empty() || op.domain() == "ai.onnx") {
+        m_.opset = op.version();
+        found = true;
+      }
+    }
+    if (!found) invalid(quoted(name_) + " imports no opset for the default ONNX domain");
+    if (m_.opset < 1) invalid(quoted(name_) + " imports opset " + std::to_string(m_.opset) + " of the ONNX domain");
+  }
+
+  int lookup(const std::string& name) const {
+    auto it = index_.find(name);
+    return it == index_.end() ? -1 : it->second;
+  }
+
+  std::string describe(int v) const {
+    const Value& val = m_.values[v];
+    if (val.source == ValueSource::graph_input) return "a graph input";
+    if (val.source == ValueSource::initializer) return "an initializer";
+    return "an output of node " + quoted(m_.nodes[val.producer].name);
+  }
+
+  int add_value(const std::string& name, ValueSource source, const std::string& what) {
+    if (name.empty()) invalid(what + " has no name");
+    int v = int(m_.values.size());
+    auto [it, inserted] = index_.emplace(name, v);
+    if (!inserted) invalid("value " + quoted(name) + " is defined twice: as " + describe(it->second) + " and as " + what);
+    m_.values.push_back(Value{});
+    m_.values.back().name = name;
+    m_.values.back().source = source;
+    return v;
+  }
+
+  void add_inputs_and_initializers() {
+    std::unordered_set<std::string_view> initializer_names;
+    for (const auto& t : g_.initializer()) initializer_names.insert(t.name());
+    for (const auto& in : g_.input()) {
+      if (initializer_names.count(in.name())) continue;  // keep_initializers_as_inputs exports
+      int v = add_value(in.name(), ValueSource::graph_input, "graph input " + quoted(in.name()));
+      read_type(in, true, m_.values[v]);
+      m_.inputs.push_back(v);
+    }
+    for (const auto& t : g_.initializer()) {
+      const std::string what = "initializer " + quoted(t.name());
+      int v = add_value(t.name(), ValueSource::initializer, what);
+      Value& val = m_.values[v];
+      val.dtype = known_dtype(t.data_type(), what);
+      val.shape = tensor_dims(t, what);
+      val.shape_known = true;
+      int64_t count = checked_element_count(val.shape);
+      val.has_data = has_data(t, count);
+      if (!is_floating(val.dtype) && count <= options_.max_const_elements) {
+        val.value = read_values(t, val.dtype, val.shape, base_dir_, what);
+      }
+    }
+  }
+
+  std::string node_name(int file_index) const {
+    const auto& n = g_.node(file_index);
+    return n.name().empty() ? n.op_type() + "_" + std::to_string(file_index) : n.name();
+  }
+
+  // Kahn's algorithm; among ready nodes the earliest in the file goes first.
+  std::vector<int> sort_nodes() {
+    const int n = g_.node_size();
+    std::unordered_map<std::string_view, int> producer;  // value name -> file index of its node
+    for (int i = 0; i < n; ++i) {
+      for (const auto& out : g_.node(i).output()) {
+        if (out.empty()) continue;
+        if (lookup(out) >= 0) {
+          invalid("value " + quoted(out) + " is defined twice: as " + describe(lookup(out)) +
+                  " and as an output of node " + quoted(node_name(i)));
+        }
+        auto [it, inserted] = producer.emplace(out, i);
+        if (!inserted) {
+          invalid("value " + quoted(out) + " is defined twice: as an output of node " +
+                  quoted(node_name(it->second)) + " and of node " + quoted(node_name(i)));
+        }
+      }
+    }
+    std::vector<int> pending(n, 0);
+    std::vector<std::vector<int>> consumers(n);
+    for (int i = 0; i < n; ++i) {
+      for (const auto& in : g_.node(i).input()) {
+        if (in.empty() || lookup(in) >= 0) continue;
+        auto it = producer.find(in);
+        if (it == producer.end()) {
+          invalid("node " + quoted(node_name(i)) + " (" + g_.node(i).op_type() + ") uses " + quoted(in) +
+                  ", which no node, initializer or graph input defines");
+        }
+        consumers[it->second].push_back(i);
+        ++pending[i];
+      }
+    }
+    std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+    for (int i = 0; i < n; ++i) {
+      if (pending[i] == 0) ready.push(i);
+    }
+    std::vector<int> order;
+    order.reserve(n);
+    while (!ready.empty()) {
+      int i = ready.top();
+      ready.pop();
+      order.push_back(i);
+      for (int c : consumers[i]) {
+        if (--pending[c] == 0) ready.push(c);
+      }
+    }
+    if (int(order.size()) != n) report_cycle(pending, producer);
+    return order;
+  }
+
+  // Every unsorted node waits on another unsorted node; walking those waits must revisit a node.
+  [[noreturn]] void report_cycle(const std::vector<int>& pending,
+                                 const std::unordered_map<std::string_view, int>& producer) {
+    int start = 0;
+    while (pending[start] == 0) ++start;
+    std::vector<int> seen_at(pending.size(), -1), path;
+    int cur = start;
+    while (seen_at[cur] < 0) {
+      seen_at[cur] = int(path.size());
+      path.push_back(cur);
+      for (const auto& in : g_.node(cur).input()) {
+        auto it = in.empty() ? producer.end() : producer.find(in);
+        if (it != producer.end() && pending[it->second] > 0) {
+          cur = it->second;
+          break;
+        }
+      }
+    }
+    std::string cycle;
+    for (size_t k = size_t(seen_at[cur]); k < path.size(); ++k) {
+      cycle += quoted(node_name(path[k])) + " (" + g_.node(path[k]).op_type() + ") <- ";
+    }
+    invalid("the graph has a cycle: " + cycle + quoted(node_name(cur)) +
+            " (each node uses an output of the next); ONNX graphs must be acyclic");
+  }
+
+  void add_node(int file_index) {
+    const auto& p = g_.node(file_index);
+    Node node;
+    node.op = p.op_type();
+    node.domain = p.domain() == "ai.onnx" ? "" : p.domain();
+    node.name = node_name(file_index);
+    const int self = int(m_.nodes.size());
+    for (const auto& in : p.input()) node.inputs.push_back(in.empty() ? -1 : lookup(in));
+    for (const auto& out : p.output()) {
+      int v = out.empty() ? -1 : add_value(out, ValueSource::node_output, "an output of node " + quoted(node.name));
+      if (v >= 0) m_.values[v].producer = self;
+      node.outputs.push_back(v);
+    }
+    for (const auto& a : p.attribute()) {
+      node.attrs[a.name()] = convert_attribute(a, "attribute " + quoted(a.name()) + " of node " + quoted(node.name));
+    }
+    if (node.op == "Constant") add_constant_tensor(node);
+    m_.nodes.push_back(std::move(node));
+  }
+
+  Attribute convert_attribute(const onnx::AttributeProto& a, const std::string& what) {
+    using A = onnx::AttributeProto;
+    Attribute out;
+    int type = a.type();
+    if (type == A::UNDEFINED) {  // very old files omit the type; infer it from the field that is set
+      type = a.has_t() ? A::TENSOR : a.ints_size() ? A::INTS : a.floats_size() ? A::FLOATS
+           : a.has_s() ? A::STRING : a.has_f() ? A::FLOAT : a.has_i() ? A::INT : A::UNDEFINED;
+    }
+    switch (type) {
+      case A::INT: out.kind = Attribute::Kind::i; out.i = a.i(); break;
+      case A::FLOAT: out.kind = Attribute::Kind::f; out.f = a.f(); break;
+      case A::STRING: out.kind = Attribute::Kind::s; out.s = a.s(); break;
+      case A::INTS: out.kind = Attribute::Kind::ints; out.ints.assign(a.ints().begin(), a.ints().end()); break;
+      case A::FLOATS: out.kind = Attribute::Kind::floats; out.floats.assign(a.floats().begin(), a.floats().end()); break;
+      case A::TENSOR: {
+        out.kind = Attribute::Kind::tensor;
+        out.tensor_dtype = known_dtype(a.t().data_type(), what);
+        out.tensor_shape = tensor_dims(a.t(), what);
+        if (checked_element_count(out.tensor_shape) <= options_.max_const_elements) {
+          out.tensor = read_values(a.t(), out.tensor_dtype, out.tensor_shape, base_dir_, what);
+        }
+        break;
+      }
+      default: break;  // graphs, strings lists, sparse tensors: kept as Kind::other
+    }
+    return out;
+  }
+
+  // Constant's value_int(s) / value_float(s) forms become tensors too, so readers see one form.
+  static void add_constant_tensor(Node& node) {
+    for (auto& [key, a] : node.attrs) {
+      ConstValue v;
+      if (key == "value_int" && a.kind == Attribute::Kind::i) {
+        v = {DType::i64, {}, {a.i}, {}};
+      } else if (key == "value_ints" && a.kind == Attribute::Kind::ints) {
+        v = {DType::i64, {int64_t(a.ints.size())}, a.ints, {}};
+      } else if (key == "value_float" && a.kind == Attribute::Kind::f) {
+        v = {DType::f32, {}, {}, {a.f}};
+      } else if (key == "value_floats" && a.kind == Attribute::Kind::floats) {
+        v = {DType::f32, {int64_t(a.floats.size())}, {}, a.floats};
+      } else {
+        continue;
+      }
+      a.tensor_dtype = v.dtype;
+      a.tensor_shape = v.shape;
+      a.tensor = std::move(v);
+    }
+  }
+
+  const onnx::ModelProto& proto_;
+  const onnx::GraphProto& g_;
+  const std::string& name_;
+  const std::string& base_dir_;
+  const LoadOptions& options_;
+  Model m_;
+  std::unordered_map<std::string_view, int> index_;  // value name -> index into m_.values
+};
+
+}  // namespace
+
+Model load_model_from_bytes(const void* data, size_t size, const std::string& name,
+                            const std::string& base_dir, const LoadOptions& options) {
+  if (size > size_t(INT_MAX)) {
+    invalid(quoted(name) + " is " + std::to_string(size) + " bytes; protobuf cannot parse ONNX files "
+            "over 2 GB: save the weights as external data");
+  }
+  onnx::ModelProto proto;
+  if (!proto.ParseFromArray(data, int(size))) {
+    invalid(quoted(name) + " is not an ONNX model or is truncated: protobuf parsing failed; "
+            "re-export it or check that the download completed");
+  }
+  Model m = Converter(proto, name, base_dir, options).run();
+  m.path = name;
+  m.file_bytes = int64_t(size);
+  m.sha256 = sha256_hex(data, size);
+  return m;
+}
+
+Model load_model(const std::string& path, const LoadOptions& options) {
+  auto unreadable = [&](int err) {
+    return Error(ErrorKind::unreadable, "cannot read model " + quoted(path) + ": " + std::strerror(err) + "; check the path");
+  };
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw unreadable(errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    int err = S_ISDIR(st.st_mode) ? EISDIR : errno;
+    ::close(fd);
+    throw unreadable(err);
+  }
+  std::string bytes(size_t(st.st_size), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      throw unreadable(err);
+    }
+    done += size_t(n);
+  }
+  ::close(fd);
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  return load_model_from_bytes(bytes.data(), bytes.size(), path, dir.empty() ? "." : dir, options);
+}
+
+}  // namespace autovm::model

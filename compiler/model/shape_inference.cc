@@ -1,0 +1,1125 @@
+// Shape inference and static evaluation for the supported ops (contract in shape_inference.h).
+//
+// One table maps each op type to a Rule: `infer` sets the outputs' dtypes and shapes (and checks
+// the inputs agree), `eval` computes output values when every input value is known. Rules report
+// problems by throwing Failure; infer_shapes turns that into an Error naming the node.
+#include "model/shape_inference.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <functional>
+#include <string_view>
+#include <unordered_map>
+
+#include "util/error.h"
+
+namespace autovm::model {
+namespace {
+
+// Nodes whose outputs have more elements than this are not evaluated.
+constexpr int64_t kMaxFoldElements = int64_t{1} << 16;
+
+struct Failure {
+  std::string message;
+};
+
+[[noreturn]] void fail(std::string message) { throw Failure{std::move(message)}; }
+
+std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+std::string str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + (s[i] < 0 ? "?" : std::to_string(s[i]));
+  return out + "]";
+}
+
+std::string num(int64_t x) { return std::to_string(x); }
+
+int64_t add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) fail("dimension arithmetic overflows: " + num(a) + " + " + num(b));
+  return r;
+}
+
+int64_t mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) fail("dimension arithmetic overflows: " + num(a) + " x " + num(b));
+  return r;
+}
+
+int64_t product(Shape::const_iterator first, Shape::const_iterator last) {
+  int64_t p = 1;
+  for (; first != last; ++first) p = mul(p, *first);
+  return p;
+}
+
+// Normalises a possibly negative axis into [0, rank).
+int64_t norm_axis(int64_t a, int64_t rank) {
+  if (a < -rank || a >= rank) fail("axis " + num(a) + " is out of range for rank " + num(rank));
+  return a < 0 ? a + rank : a;
+}
+
+// Element access across storage kinds (ints for integer/bool dtypes, floats for floating ones).
+double get_f(const ConstValue& v, int64_t i) { return is_floating(v.dtype) ? v.floats[i] : double(v.ints[i]); }
+
+int64_t to_int(double x) {
+  if (!(x >= -9.2e18 && x <= 9.2e18)) fail("value " + std::to_string(x) + " does not fit in an integer");
+  return int64_t(x);
+}
+
+int64_t get_i(const ConstValue& v, int64_t i) { return is_floating(v.dtype) ? to_int(v.floats[i]) : v.ints[i]; }
+
+void put(ConstValue& dst, const ConstValue& src, int64_t i) {
+  if (is_floating(dst.dtype)) dst.floats.push_back(get_f(src, i));
+  else dst.ints.push_back(get_i(src, i));
+}
+
+void put_number(ConstValue& dst, double x) {
+  if (is_floating(dst.dtype)) dst.floats.push_back(x);
+  else dst.ints.push_back(to_int(x));
+}
+
+// Numpy broadcasting of several shapes.
+Shape broadcast(const std::vector<const Shape*>& shapes) {
+  size_t rank = 0;
+  for (const Shape* s : shapes) rank = std::max(rank, s->size());
+  Shape out(rank, 1);
+  for (const Shape* s : shapes) {
+    for (size_t j = 0; j < s->size(); ++j) {
+      int64_t d = (*s)[j], &o = out[rank - s->size() + j];
+      if (d == o || d == 1) continue;
+      if (o != 1) {
+        std::string all;
+        for (const Shape* t : shapes) all += (all.empty() ? "" : " and ") + str(*t);
+        fail("shapes " + all + " do not broadcast");
+      }
+      o = d;
+    }
+  }
+  return out;
+}
+
+// Calls f(offsets) for every element of `out` in order, where offsets[k] is the flat index of
+// the matching element of input k under numpy broadcasting.
+void for_each_broadcast(const Shape& out, const std::vector<const Shape*>& ins,
+                        const std::function<void(const std::vector<int64_t>&)>& f) {
+  const size_t rank = out.size(), n = ins.size();
+  std::vector<std::vector<int64_t>> strides(n, std::vector<int64_t>(rank, 0));
+  for (size_t k = 0; k < n; ++k) {
+    int64_t running = 1;
+    const Shape& s = *ins[k];
+    for (size_t j = 0; j < s.size(); ++j) {
+      size_t sj = s.size() - 1 - j, oj = rank - 1 - j;
+      strides[k][oj] = s[sj] == 1 ? 0 : running;
+      running *= s[sj];
+    }
+  }
+  const int64_t count = element_count(out);
+  std::vector<int64_t> coord(rank, 0), offset(n, 0);
+  for (int64_t e = 0; e < count; ++e) {
+    f(offset);
+    for (size_t j = rank; j-- > 0;) {
+      for (size_t k = 0; k < n; ++k) offset[k] += strides[k][j];
+      if (++coord[j] < out[j]) break;
+      for (size_t k = 0; k < n; ++k) offset[k] -= strides[k][j] * out[j];
+      coord[j] = 0;
+    }
+  }
+}
+
+// The node being inferred, with checked access to its inputs and outputs.
+class Ctx {
+ public:
+  Ctx(Model& m, Node& n) : m_(m), n_(n) {}
+
+  const Node& node() const { return n_; }
+  int64_t opset() const { return m_.opset; }
+
+  size_t num_inputs() const { return n_.inputs.size(); }
+  bool has_input(size_t i) const { return i < n_.inputs.size() && n_.inputs[i] >= 0; }
+  const Value& in(size_t i) const {
+    if (!has_input(i)) fail("required input " + num(int64_t(i)) + " is missing");
+    return m_.values[n_.inputs[i]];
+  }
+  const Shape& shape(size_t i) const { return in(i).shape; }
+  int64_t rank(size_t i) const { return int64_t(shape(i).size()); }
+  DType dtype(size_t i) const { return in(i).dtype; }
+  const ConstValue* value(size_t i) const { return has_input(i) && in(i).value ? &*in(i).value : nullptr; }
+
+  // Input i's values, which must be known ahead of time (a target shape, axes, pads...).
+  const ConstValue& need_value(size_t i, const std::string& what) const {
+    const ConstValue* v = value(i);
+    if (!v) {
+      fail("its " + what + " (input " + quoted(in(i).name) + ") is not known ahead of time; AutoVM "
+           "needs it to be a constant or computable from shapes");
+    }
+    return *v;
+  }
+  std::vector<int64_t> need_ints(size_t i, const std::string& what) const {
+    const ConstValue& v = need_value(i, what);
+    if (is_floating(v.dtype)) fail("its " + what + " (input " + quoted(in(i).name) + ") must be integers");
+    return v.ints;
+  }
+
+  size_t num_outputs() const { return n_.outputs.size(); }
+  bool has_output(size_t k) const { return k < n_.outputs.size() && n_.outputs[k] >= 0; }
+  const Value& out(size_t k) const { return m_.values[n_.outputs[k]]; }
+
+  void set(size_t k, DType dtype, Shape shape) {
+    if (checked_element_count(shape) < 0) {
+      fail("output " + num(int64_t(k)) + " would have shape " + str(shape) + ", which is negative or too large");
+    }
+    if (!has_output(k)) return;
+    Value& v = m_.values[n_.outputs[k]];
+    v.dtype = dtype;
+    v.shape = std::move(shape);
+    v.shape_known = true;
+  }
+
+  // An empty value with output k's dtype and shape, for eval to fill.
+  ConstValue blank(size_t k) const {
+    ConstValue v;
+    if (has_output(k)) {
+      v.dtype = out(k).dtype;
+      v.shape = out(k).shape;
+    }
+    return v;
+  }
+  void set_value(size_t k, ConstValue v) {
+    if (!has_output(k)) return;
+    assert(int64_t(is_floating(v.dtype) ? v.floats.size() : v.ints.size()) == element_count(v.shape));
+    m_.values[n_.outputs[k]].value = std::move(v);
+  }
+
+ private:
+  Model& m_;
+  Node& n_;
+};
+
+// ---- Elementwise ops ----
+
+void infer_same(Ctx& c) { c.set(0, c.dtype(0), c.shape(0)); }
+
+void infer_not(Ctx& c) { c.set(0, DType::boolean, c.shape(0)); }
+
+Shape broadcast_inputs(const Ctx& c, size_t first, size_t count) {
+  std::vector<const Shape*> shapes;
+  for (size_t i = first; i < first + count; ++i) shapes.push_back(&c.shape(i));
+  return broadcast(shapes);
+}
+
+void infer_arith(Ctx& c) { c.set(0, c.dtype(0), broadcast_inputs(c, 0, 2)); }
+void infer_compare(Ctx& c) { c.set(0, DType::boolean, broadcast_inputs(c, 0, 2)); }
+void infer_where(Ctx& c) { c.set(0, c.dtype(1), broadcast_inputs(c, 0, 3)); }
+
+enum class Arith { add, sub, mul, div, pow };
+
+int64_t int_pow(int64_t base, int64_t e) {
+  if (e < 0) fail("integer Pow with a negative exponent " + num(e));
+  int64_t r = 1;
+  while (e > 0) {
+    if (e & 1) r = mul(r, base);
+    e >>= 1;
+    if (e) base = mul(base, base);
+  }
+  return r;
+}
+
+template <Arith op>
+bool eval_arith(Ctx& c) {
+  const ConstValue &a = *c.value(0), &b = *c.value(1);
+  ConstValue out = c.blank(0);
+  const bool ints = !is_floating(out.dtype) && !is_floating(a.dtype) && !is_floating(b.dtype);
+  for_each_broadcast(out.shape, {&a.shape, &b.shape}, [&](const std::vector<int64_t>& at) {
+    if (ints) {
+      int64_t x = a.ints[at[0]], y = b.ints[at[1]], r = 0;
+      bool overflow = false;
+      switch (op) {
+        case Arith::add: overflow = __builtin_add_overflow(x, y, &r); break;
+        case Arith::sub: overflow = __builtin_sub_overflow(x, y, &r); break;
+        case Arith::mul: overflow = __builtin_mul_overflow(x, y, &r); break;
+        case Arith::div:
+          if (y == 0) fail("integer division by zero");
+          overflow = x == INT64_MIN && y == -1;
+          r = overflow ? 0 : x / y;
+          break;
+        case Arith::pow: r = int_pow(x, y); break;
+      }
+      if (overflow) fail("integer overflow evaluating " + num(x) + " and " + num(y));
+      out.ints.push_back(r);
+    } else {
+      double x = get_f(a, at[0]), y = get_f(b, at[1]);
+      switch (op) {
+        case Arith::add: put_number(out, x + y); break;
+        case Arith::sub: put_number(out, x - y); break;
+        case Arith::mul: put_number(out, x * y); break;
+        case Arith::div: put_number(out, x / y); break;
+        case Arith::pow: put_number(out, std::pow(x, y)); break;
+      }
+    }
+  });
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+bool eval_equal(Ctx& c) {
+  const ConstValue &a = *c.value(0), &b = *c.value(1);
+  ConstValue out = c.blank(0);
+  const bool floats = is_floating(a.dtype) || is_floating(b.dtype);
+  for_each_broadcast(out.shape, {&a.shape, &b.shape}, [&](const std::vector<int64_t>& at) {
+    out.ints.push_back(floats ? get_f(a, at[0]) == get_f(b, at[1]) : a.ints[at[0]] == b.ints[at[1]]);
+  });
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+bool eval_where(Ctx& c) {
+  const ConstValue &cond = *c.value(0), &x = *c.value(1), &y = *c.value(2);
+  ConstValue out = c.blank(0);
+  for_each_broadcast(out.shape, {&cond.shape, &x.shape, &y.shape}, [&](const std::vector<int64_t>& at) {
+    if (get_f(cond, at[0]) != 0) put(out, x, at[1]);
+    else put(out, y, at[2]);
+  });
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+bool eval_not(Ctx& c) {
+  ConstValue out = c.blank(0);
+  const ConstValue& x = *c.value(0);
+  for (int64_t i = 0; i < x.size(); ++i) out.ints.push_back(get_f(x, i) == 0);
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+bool eval_neg(Ctx& c) {
+  ConstValue out = c.blank(0);
+  const ConstValue& x = *c.value(0);
+  for (int64_t i = 0; i < x.size(); ++i) {
+    if (is_floating(x.dtype)) {
+      put_number(out, -x.floats[i]);
+    } else {
+      if (x.ints[i] == INT64_MIN) fail("integer overflow negating " + num(x.ints[i]));
+      out.ints.push_back(-x.ints[i]);
+    }
+  }
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+bool eval_sqrt(Ctx& c) {
+  const ConstValue& x = *c.value(0);
+  if (!is_floating(x.dtype)) return false;
+  ConstValue out = c.blank(0);
+  for (double f : x.floats) out.floats.push_back(std::sqrt(f));
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+// Copies input 0's values unchanged into output 0's shape (Identity, Reshape, Flatten, ...).
+bool eval_copy(Ctx& c) {
+  ConstValue out = c.blank(0);
+  const ConstValue& x = *c.value(0);
+  for (int64_t i = 0; i < x.size(); ++i) put(out, x, i);
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+void infer_cast(Ctx& c) {
+  DType to = dtype_from_onnx(int32_t(c.node().attr_i("to", 0)));
+  if (to == DType::undefined) fail("cast target type " + num(c.node().attr_i("to", 0)) + " is not one AutoVM handles");
+  c.set(0, to, c.shape(0));
+}
+
+bool eval_cast(Ctx& c) {
+  ConstValue out = c.blank(0);
+  const ConstValue& x = *c.value(0);
+  for (int64_t i = 0; i < x.size(); ++i) {
+    if (is_floating(out.dtype)) {
+      out.floats.push_back(out.dtype == DType::f32 ? double(float(get_f(x, i))) : get_f(x, i));
+      continue;
+    }
+    int64_t v = out.dtype == DType::boolean ? get_f(x, i) != 0 : get_i(x, i);
+    switch (out.dtype) {  // wrap like a C cast to the narrower type
+      case DType::i32: v = int32_t(uint32_t(uint64_t(v))); break;
+      case DType::i16: v = int16_t(uint16_t(uint64_t(v))); break;
+      case DType::i8: v = int8_t(uint8_t(uint64_t(v))); break;
+      case DType::u8: v = uint8_t(uint64_t(v)); break;
+      default: break;
+    }
+    out.ints.push_back(v);
+  }
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+void infer_dropout(Ctx& c) {
+  c.set(0, c.dtype(0), c.shape(0));
+  c.set(1, DType::boolean, c.shape(0));  // optional mask
+}
+
+void infer_softmax(Ctx& c) {
+  norm_axis(c.node().attr_i("axis", c.opset() < 13 ? 1 : -1), c.rank(0));
+  infer_same(c);
+}
+
+void infer_lrn(Ctx& c) {
+  if (c.rank(0) < 3) fail("input has shape " + str(c.shape(0)) + "; LRN needs [N, C, spatial...]");
+  if (c.node().attr_i("size", 0) < 1) fail("LRN needs a positive 'size' attribute");
+  infer_same(c);
+}
+
+// ---- Convolution and pooling ----
+
+// Output spatial dims of a sliding window (Conv, MaxPool, AveragePool) over x's spatial dims.
+Shape window_output(const Ctx& c, const Shape& x, const Shape& kernel, bool ceil_mode) {
+  const Node& n = c.node();
+  const size_t k = kernel.size();
+  auto per_dim = [&](const char* key, int64_t fallback, size_t size) {
+    std::vector<int64_t> v = n.attr_ints(key);
+    if (v.empty()) v.assign(size, fallback);
+    if (v.size() != size) {
+      fail(std::string(key) + " has " + num(int64_t(v.size())) + " values; input " + str(x) + " needs " + num(int64_t(size)));
+    }
+    return v;
+  };
+  const auto strides = per_dim("strides", 1, k), dilations = per_dim("dilations", 1, k), pads = per_dim("pads", 0, 2 * k);
+  const std::string auto_pad = n.attr_s("auto_pad", "NOTSET");
+  Shape out;
+  for (size_t i = 0; i < k; ++i) {
+    const int64_t in = x[2 + i], s = strides[i];
+    if (kernel[i] < 1 || s < 1 || dilations[i] < 1) {
+      fail("kernel " + str(kernel) + ", strides " + str(strides) + " and dilations " + str(dilations) + " must be positive");
+    }
+    if (pads[i] < 0 || pads[i + k] < 0) fail("pads " + str(pads) + " must be non-negative");
+    const int64_t window = add(mul(kernel[i] - 1, dilations[i]), 1);
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      out.push_back(in / s + (in % s != 0));
+    } else if (auto_pad == "VALID" || auto_pad == "NOTSET" || auto_pad.empty()) {
+      const int64_t before = auto_pad == "VALID" ? 0 : pads[i];
+      const int64_t padded = auto_pad == "VALID" ? in : add(add(in, pads[i]), pads[i + k]);
+      if (padded < window) {
+        fail("the window (" + num(window) + ") is larger than the padded input (" + num(padded) +
+             ") along spatial axis " + num(int64_t(i)) + ": input " + str(x) + ", kernel " + str(kernel));
+      }
+      int64_t o = (padded - window) / s + 1;
+      // ceil_mode rounds up, but a window may not start in the right padding (PyTorch's rule).
+      if (ceil_mode && (padded - window) % s != 0 && mul(o, s) < add(in, before)) ++o;
+      out.push_back(o);
+    } else {
+      fail("auto_pad " + quoted(auto_pad) + " is not NOTSET, SAME_UPPER, SAME_LOWER or VALID");
+    }
+  }
+  return out;
+}
+
+void infer_conv(Ctx& c) {
+  const Shape &x = c.shape(0), &w = c.shape(1);
+  if (x.size() < 3) fail("input has shape " + str(x) + "; Conv needs [N, C, spatial...]");
+  if (w.size() != x.size()) fail("weight has shape " + str(w) + " but input has shape " + str(x) + "; their ranks must match");
+  const int64_t group = c.node().attr_i("group", 1);
+  if (group < 1) fail("group must be positive, got " + num(group));
+  if (mul(w[1], group) != x[1]) {
+    fail("input has " + num(x[1]) + " channels but the weight expects " + num(w[1]) + " x group " + num(group) +
+         " (input " + str(x) + ", weight " + str(w) + ")");
+  }
+  if (w[0] % group != 0) fail("weight " + str(w) + " has " + num(w[0]) + " output channels, not divisible by group " + num(group));
+  if (c.has_input(2) && c.shape(2) != Shape{w[0]}) {
+    fail("bias has shape " + str(c.shape(2)) + " but the weight " + str(w) + " has " + num(w[0]) + " output channels");
+  }
+  const Shape kernel(w.begin() + 2, w.end());
+  const auto kernel_attr = c.node().attr_ints("kernel_shape");
+  if (!kernel_attr.empty() && kernel_attr != kernel) fail("kernel_shape " + str(kernel_attr) + " does not match the weight " + str(w));
+  Shape out{x[0], w[0]};
+  for (int64_t d : window_output(c, x, kernel, false)) out.push_back(d);
+  c.set(0, c.dtype(0), out);
+}
+
+void infer_pool(Ctx& c) {
+  const Shape& x = c.shape(0);
+  if (x.size() < 3) fail("input has shape " + str(x) + "; pooling needs [N, C, spatial...]");
+  const Shape kernel = c.node().attr_ints("kernel_shape");
+  if (kernel.size() != x.size() - 2) {
+    fail("kernel_shape " + str(kernel) + " needs one entry per spatial axis of the input " + str(x));
+  }
+  Shape out{x[0], x[1]};
+  for (int64_t d : window_output(c, x, kernel, c.node().attr_i("ceil_mode", 0) != 0)) out.push_back(d);
+  c.set(0, c.dtype(0), out);
+  c.set(1, DType::i64, out);  // MaxPool's optional Indices
+}
+
+void infer_global_pool(Ctx& c) {
+  Shape x = c.shape(0);
+  if (x.size() < 3) fail("input has shape " + str(x) + "; global pooling needs [N, C, spatial...]");
+  std::fill(x.begin() + 2, x.end(), 1);
+  c.set(0, c.dtype(0), x);
+}
+
+void infer_batch_norm(Ctx& c) {
+  const Shape& x = c.shape(0);
+  if (x.size() < 2) fail("input has shape " + str(x) + "; BatchNormalization needs [N, C, ...]");
+  const char* names[] = {"scale", "bias", "mean", "var"};
+  for (size_t i = 1; i <= 4; ++i) {
+    if (c.shape(i) != Shape{x[1]}) {
+      fail(std::string(names[i - 1]) + " has shape " + str(c.shape(i)) + " but the input " + str(x) + " has " + num(x[1]) + " channels");
+    }
+  }
+  // Opset 14+: Y, running_mean, running_var (training_mode). Before: up to Y, mean, var,
+  // saved_mean, saved_var.
+  const size_t max_outputs = c.opset() >= 14 ? 3 : 5;
+  if (c.num_outputs() > max_outputs) {
+    fail("has " + num(int64_t(c.num_outputs())) + " outputs; opset " + num(c.opset()) + " allows at most " + num(int64_t(max_outputs)));
+  }
+  c.set(0, c.dtype(0), x);
+  for (size_t k = 1; k < c.num_outputs(); ++k) c.set(k, c.dtype(3), {x[1]});
+}
+
+// ---- Reductions, matrix products ----
+
+// Which axes a ReduceMean/ReduceProd reduces; empty when it is a no-op (noop_with_empty_axes).
+std::vector<bool> reduced_axes(const Ctx& c) {
+  const int64_t rank = c.rank(0);
+  std::vector<int64_t> axes;
+  if (c.opset() >= 18) {
+    if (c.has_input(1)) axes = c.need_ints(1, "axes");
+  } else {
+    axes = c.node().attr_ints("axes");
+  }
+  if (axes.empty()) {
+    if (c.node().attr_i("noop_with_empty_axes", 0) != 0) return {};
+    return std::vector<bool>(size_t(rank), true);
+  }
+  std::vector<bool> mask(size_t(rank), false);
+  for (int64_t a : axes) {
+    int64_t ax = norm_axis(a, rank);
+    if (mask[ax]) fail("axes " + str(axes) + " repeat axis " + num(a));
+    mask[ax] = true;
+  }
+  return mask;
+}
+
+Shape reduced_shape(const Shape& x, const std::vector<bool>& mask, bool keepdims) {
+  if (mask.empty()) return x;
+  Shape out;
+  for (size_t j = 0; j < x.size(); ++j) {
+    if (!mask[j]) out.push_back(x[j]);
+    else if (keepdims) out.push_back(1);
+  }
+  return out;
+}
+
+void infer_reduce(Ctx& c) {
+  c.set(0, c.dtype(0), reduced_shape(c.shape(0), reduced_axes(c), c.node().attr_i("keepdims", 1) != 0));
+}
+
+template <bool mean>
+bool eval_reduce(Ctx& c) {
+  const ConstValue& x = *c.value(0);
+  const std::vector<bool> mask = reduced_axes(c);
+  if (mask.empty()) return eval_copy(c);
+  const Shape kept = reduced_shape(x.shape, mask, true);
+  const int64_t n = element_count(kept);
+  if (n == 0) return eval_copy(c);  // an empty output: nothing to compute
+  std::vector<double> acc_f(size_t(n), mean ? 0.0 : 1.0);
+  std::vector<int64_t> acc_i(size_t(n), mean ? 0 : 1);
+  const bool ints = !is_floating(x.dtype);
+  int64_t e = 0;
+  for_each_broadcast(x.shape, {&kept}, [&](const std::vector<int64_t>& at) {
+    if (ints) {
+      acc_i[at[0]] = mean ? add(acc_i[at[0]], x.ints[e]) : mul(acc_i[at[0]], x.ints[e]);
+    } else {
+      acc_f[at[0]] = mean ? acc_f[at[0]] + x.floats[e] : acc_f[at[0]] * x.floats[e];
+    }
+    ++e;
+  });
+  const int64_t per_output = n ? x.size() / n : 1;
+  ConstValue out = c.blank(0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (ints) out.ints.push_back(mean ? acc_i[i] / std::max<int64_t>(per_output, 1) : acc_i[i]);
+    else put_number(out, mean ? acc_f[i] / double(std::max<int64_t>(per_output, 1)) : acc_f[i]);
+  }
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+void infer_gemm(Ctx& c) {
+  const Shape &a = c.shape(0), &b = c.shape(1);
+  if (a.size() != 2 || b.size() != 2) fail("A " + str(a) + " and B " + str(b) + " must both be 2-D");
+  const bool ta = c.node().attr_i("transA", 0) != 0, tb = c.node().attr_i("transB", 0) != 0;
+  const int64_t m = a[ta ? 1 : 0], k = a[ta ? 0 : 1], kb = b[tb ? 1 : 0], n = b[tb ? 0 : 1];
+  if (k != kb) {
+    fail("A " + str(a) + (ta ? " (transposed)" : "") + " and B " + str(b) + (tb ? " (transposed)" : "") +
+         " disagree on the inner dimension: " + num(k) + " vs " + num(kb));
+  }
+  const Shape out{m, n};
+  if (c.has_input(2) && (c.rank(2) > 2 || broadcast({&c.shape(2), &out}) != out)) {
+    fail("C has shape " + str(c.shape(2)) + ", which does not broadcast to the output " + str(out));
+  }
+  c.set(0, c.dtype(0), out);
+}
+
+void infer_matmul(Ctx& c) {
+  Shape a = c.shape(0), b = c.shape(1);
+  if (a.empty() || b.empty()) fail("inputs " + str(a) + " and " + str(b) + " must have rank 1 or more");
+  const bool vec_a = a.size() == 1, vec_b = b.size() == 1;
+  if (vec_a) a.insert(a.begin(), 1);
+  if (vec_b) b.push_back(1);
+  if (a.back() != b[b.size() - 2]) {
+    fail("inner dimensions differ: " + str(c.shape(0)) + " x " + str(c.shape(1)));
+  }
+  const Shape batch_a(a.begin(), a.end() - 2), batch_b(b.begin(), b.end() - 2);
+  Shape out = broadcast({&batch_a, &batch_b});
+  if (!vec_a) out.push_back(a[a.size() - 2]);
+  if (!vec_b) out.push_back(b.back());
+  c.set(0, c.dtype(0), out);
+}
+
+// ---- Shape manipulation ----
+
+void infer_flatten(Ctx& c) {
+  const Shape& x = c.shape(0);
+  const int64_t rank = c.rank(0);
+  int64_t axis = c.node().attr_i("axis", 1);
+  if (axis < -rank || axis > rank) fail("axis " + num(axis) + " is out of range for input " + str(x));
+  if (axis < 0) axis += rank;
+  c.set(0, c.dtype(0), {product(x.begin(), x.begin() + axis), product(x.begin() + axis, x.end())});
+}
+
+void infer_reshape(Ctx& c) {
+  const Shape& x = c.shape(0);
+  const std::vector<int64_t> target =
+      c.opset() < 5 ? c.node().attr_ints("shape") : c.need_ints(1, "target shape");
+  const bool allowzero = c.opset() >= 14 && c.node().attr_i("allowzero", 0) != 0;
+  Shape out;
+  int64_t infer_at = -1, known = 1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    int64_t t = target[i];
+    if (t == 0 && !allowzero) {
+      if (i >= x.size()) fail("target shape " + str(target) + " copies dim " + num(int64_t(i)) + " (0), which the input " + str(x) + " lacks");
+      t = x[i];
+    } else if (t == -1) {
+      if (infer_at >= 0) fail("target shape " + str(target) + " has more than one -1");
+      infer_at = int64_t(i);
+      out.push_back(1);
+      continue;
+    } else if (t < -1) {
+      fail("target shape " + str(target) + " has a negative dim");
+    }
+    known = mul(known, t);
+    out.push_back(t);
+  }
+  const int64_t count = element_count(x);
+  if (infer_at >= 0) {
+    if (known == 0 || count % known != 0) {
+      fail("cannot reshape " + str(x) + " (" + num(count) + " elements) into " + str(target));
+    }
+    out[infer_at] = count / known;
+  } else if (known != count) {
+    fail("cannot reshape " + str(x) + " (" + num(count) + " elements) into " + str(target) + " (" + num(known) + " elements)");
+  }
+  c.set(0, c.dtype(0), out);
+}
+
+void infer_transpose(Ctx& c) {
+  const Shape& x = c.shape(0);
+  std::vector<int64_t> perm = c.node().attr_ints("perm");
+  if (perm.empty()) {
+    for (size_t j = x.size(); j-- > 0;) perm.push_back(int64_t(j));
+  }
+  std::vector<bool> seen(x.size(), false);
+  Shape out;
+  for (int64_t p : perm) {
+    if (perm.size() != x.size() || p < 0 || p >= int64_t(x.size()) || seen[p]) {
+      fail("perm " + str(perm) + " is not a permutation of the axes of input " + str(x));
+    }
+    seen[p] = true;
+    out.push_back(x[p]);
+  }
+  c.set(0, c.dtype(0), out);
+}
+
+int64_t concat_axis(const Ctx& c) {
+  if (!c.node().attr("axis")) fail("Concat needs an 'axis' attribute");
+  return norm_axis(c.node().attr_i("axis", 0), c.rank(0));
+}
+
+void infer_concat(Ctx& c) {
+  if (c.num_inputs() == 0) fail("Concat needs at least one input");
+  const int64_t axis = concat_axis(c);
+  Shape out = c.shape(0);
+  for (size_t i = 1; i < c.num_inputs(); ++i) {
+    const Shape& s = c.shape(i);
+    bool ok = s.size() == out.size();
+    for (size_t j = 0; ok && j < s.size(); ++j) ok = int64_t(j) == axis || s[j] == out[j];
+    if (!ok) fail("input " + num(int64_t(i)) + " has shape " + str(s) + ", which does not match " + str(c.shape(0)) + " except along axis " + num(axis));
+    out[axis] = add(out[axis], s[axis]);
+  }
+  c.set(0, c.dtype(0), out);
+}
+
+bool eval_concat(Ctx& c) {
+  const int64_t axis = concat_axis(c);
+  ConstValue out = c.blank(0);
+  const int64_t outer = product(out.shape.begin(), out.shape.begin() + axis);
+  const int64_t inner = product(out.shape.begin() + axis + 1, out.shape.end());
+  for (int64_t o = 0; o < outer; ++o) {
+    for (size_t i = 0; i < c.num_inputs(); ++i) {
+      const ConstValue& v = *c.value(i);
+      const int64_t chunk = v.shape[axis] * inner;
+      for (int64_t e = 0; e < chunk; ++e) put(out, v, o * chunk + e);
+    }
+  }
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+void infer_split(Ctx& c) {
+  const Shape& x = c.shape(0);
+  const int64_t axis = norm_axis(c.node().attr_i("axis", 0), c.rank(0)), dim = x[axis];
+  const int64_t n = int64_t(c.num_outputs());
+  if (n == 0) fail("Split has no outputs");
+  std::vector<int64_t> sizes;
+  if (c.opset() >= 13 && c.has_input(1)) {
+    sizes = c.need_ints(1, "split sizes");
+  } else if (c.opset() < 13 && c.node().attr("split")) {
+    sizes = c.node().attr_ints("split");
+  } else if (c.opset() >= 18 && c.node().attr("num_outputs")) {
+    if (c.node().attr_i("num_outputs", 0) != n) {
+      fail("num_outputs is " + num(c.node().attr_i("num_outputs", 0)) + " but the node has " + num(n) + " outputs");
+    }
+    const int64_t chunk = dim / n + (dim % n != 0);  // the last chunk may be smaller
+    sizes.assign(size_t(n), chunk);
+    sizes.back() = dim - chunk * (n - 1);
+    if (sizes.back() < 0) fail("cannot split axis " + num(axis) + " of " + str(x) + " into " + num(n) + " chunks");
+  } else {
+    if (dim % n != 0) fail("axis " + num(axis) + " of " + str(x) + " does not split evenly into " + num(n) + " outputs");
+    sizes.assign(size_t(n), dim / n);
+  }
+  if (int64_t(sizes.size()) != n) fail("split sizes " + str(sizes) + " do not match the " + num(n) + " outputs");
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    if (s < 0) fail("split sizes " + str(sizes) + " must be non-negative");
+    total = add(total, s);
+  }
+  if (total != dim) fail("split sizes " + str(sizes) + " sum to " + num(total) + " but axis " + num(axis) + " of " + str(x) + " is " + num(dim));
+  for (int64_t k = 0; k < n; ++k) {
+    Shape s = x;
+    s[axis] = sizes[k];
+    c.set(size_t(k), c.dtype(0), s);
+  }
+}
+
+struct SliceDim {
+  int64_t start = 0, step = 1, len = 0;
+};
+
+// The effective start, step and length of a Slice along every axis of its input.
+std::vector<SliceDim> slice_plan(const Ctx& c) {
+  const Shape& x = c.shape(0);
+  const int64_t rank = c.rank(0);
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (c.opset() < 10) {
+    starts = c.node().attr_ints("starts");
+    ends = c.node().attr_ints("ends");
+    axes = c.node().attr_ints("axes");
+  } else {
+    starts = c.need_ints(1, "starts");
+    ends = c.need_ints(2, "ends");
+    if (c.has_input(3)) axes = c.need_ints(3, "axes");
+    if (c.has_input(4)) steps = c.need_ints(4, "steps");
+  }
+  if (axes.empty()) {
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
+  }
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
+    fail("starts " + str(starts) + ", ends " + str(ends) + ", axes " + str(axes) + " and steps " + str(steps) + " differ in length");
+  }
+  std::vector<SliceDim> plan(size_t(rank));
+  for (size_t j = 0; j < plan.size(); ++j) plan[j].len = x[j];
+  std::vector<bool> seen(size_t(rank), false);
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int64_t axis = norm_axis(axes[i], rank), d = x[axis], step = steps[i];
+    if (seen[axis]) fail("axes " + str(axes) + " repeat axis " + num(axes[i]));
+    seen[axis] = true;
+    if (step == 0) fail("steps " + str(steps) + " contain 0");
+    int64_t s = starts[i] < 0 ? starts[i] + d : starts[i];
+    int64_t e = ends[i] < 0 ? ends[i] + d : ends[i];
+    int64_t len = 0;
+    if (step > 0) {
+      s = std::clamp<int64_t>(s, 0, d);
+      e = std::clamp<int64_t>(e, 0, d);
+      len = e > s ? (e - s - 1) / step + 1 : 0;
+    } else if (d > 0) {
+      s = std::clamp<int64_t>(s, 0, d - 1);
+      e = std::clamp<int64_t>(e, -1, d - 1);
+      const uint64_t magnitude = uint64_t(0) - uint64_t(step);  // safe for INT64_MIN
+      len = s > e ? int64_t(uint64_t(s - e - 1) / magnitude) + 1 : 0;
+    }
+    plan[axis] = {s, step, len};
+  }
+  return plan;
+}
+
+void infer_slice(Ctx& c) {
+  Shape out;
+  for (const SliceDim& d : slice_plan(c)) out.push_back(d.len);
+  c.set(0, c.dtype(0), out);
+}
+
+bool eval_slice(Ctx& c) {
+  const ConstValue& x = *c.value(0);
+  const std::vector<SliceDim> plan = slice_plan(c);
+  const size_t rank = plan.size();
+  std::vector<int64_t> stride(rank, 1);
+  for (size_t j = rank; j-- > 1;) stride[j - 1] = stride[j] * x.shape[j];
+  ConstValue out = c.blank(0);
+  const int64_t count = element_count(out.shape);
+  std::vector<int64_t> coord(rank, 0);
+  for (int64_t e = 0; e < count; ++e) {
+    int64_t src = 0;
+    for (size_t j = 0; j < rank; ++j) src += (plan[j].start + coord[j] * plan[j].step) * stride[j];
+    put(out, x, src);
+    for (size_t j = rank; j-- > 0;) {
+      if (++coord[j] < plan[j].len) break;
+      coord[j] = 0;
+    }
+  }
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+void infer_gather(Ctx& c) {
+  const Shape &x = c.shape(0), &idx = c.shape(1);
+  if (x.empty()) fail("data must have rank 1 or more");
+  if (is_floating(c.dtype(1))) fail("indices must be integers");
+  const int64_t axis = norm_axis(c.node().attr_i("axis", 0), c.rank(0));
+  Shape out(x.begin(), x.begin() + axis);
+  out.insert(out.end(), idx.begin(), idx.end());
+  out.insert(out.end(), x.begin() + axis + 1, x.end());
+  c.set(0, c.dtype(0), out);
+}
+
+bool eval_gather(Ctx& c) {
+  const ConstValue &x = *c.value(0), &idx = *c.value(1);
+  const int64_t axis = norm_axis(c.node().attr_i("axis", 0), c.rank(0)), d = x.shape[axis];
+  const int64_t outer = product(x.shape.begin(), x.shape.begin() + axis);
+  const int64_t inner = product(x.shape.begin() + axis + 1, x.shape.end());
+  ConstValue out = c.blank(0);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t k = 0; k < idx.size(); ++k) {
+      int64_t i = idx.ints[k];
+      if (i < -d || i >= d) fail("index " + num(i) + " is out of range for axis " + num(axis) + " of size " + num(d));
+      if (i < 0) i += d;
+      for (int64_t e = 0; e < inner; ++e) put(out, x, (o * d + i) * inner + e);
+    }
+  }
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+void infer_shape(Ctx& c) {
+  const int64_t rank = c.rank(0);
+  auto clamp_end = [rank](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
+  const int64_t start = clamp_end(c.node().attr_i("start", 0)), end = clamp_end(c.node().attr_i("end", rank));
+  c.set(0, DType::i64, {std::max<int64_t>(end - start, 0)});
+}
+
+bool eval_shape(Ctx& c) {
+  const int64_t rank = c.rank(0);
+  auto clamp_end = [rank](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
+  const int64_t start = clamp_end(c.node().attr_i("start", 0)), end = clamp_end(c.node().attr_i("end", rank));
+  ConstValue out = c.blank(0);
+  for (int64_t j = start; j < end; ++j) out.ints.push_back(c.shape(0)[j]);
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+void infer_unsqueeze(Ctx& c) {
+  const Shape& x = c.shape(0);
+  const std::vector<int64_t> axes = c.opset() >= 13 ? c.need_ints(1, "axes") : c.node().attr_ints("axes");
+  if (axes.empty()) fail("Unsqueeze needs axes");
+  const int64_t rank = add(c.rank(0), int64_t(axes.size()));
+  std::vector<bool> inserted(size_t(rank), false);
+  for (int64_t a : axes) {
+    int64_t ax = norm_axis(a, rank);
+    if (inserted[ax]) fail("axes " + str(axes) + " repeat axis " + num(a));
+    inserted[ax] = true;
+  }
+  Shape out;
+  size_t next = 0;
+  for (int64_t j = 0; j < rank; ++j) out.push_back(inserted[j] ? 1 : x[next++]);
+  c.set(0, c.dtype(0), out);
+}
+
+void infer_squeeze(Ctx& c) {
+  const Shape& x = c.shape(0);
+  std::vector<int64_t> axes;
+  if (c.opset() >= 13) {
+    if (c.has_input(1)) axes = c.need_ints(1, "axes");
+  } else {
+    axes = c.node().attr_ints("axes");
+  }
+  std::vector<bool> removed(x.size(), axes.empty());
+  for (int64_t a : axes) {
+    int64_t ax = norm_axis(a, c.rank(0));
+    if (x[ax] != 1) fail("cannot squeeze axis " + num(a) + " of size " + num(x[ax]) + " (input " + str(x) + ")");
+    removed[ax] = true;
+  }
+  Shape out;
+  for (size_t j = 0; j < x.size(); ++j) {
+    if (!removed[j] || x[j] != 1) out.push_back(x[j]);
+  }
+  c.set(0, c.dtype(0), out);
+}
+
+void infer_pad(Ctx& c) {
+  const Shape& x = c.shape(0);
+  const std::vector<int64_t> pads = c.opset() < 11 ? c.node().attr_ints(c.opset() < 2 ? "paddings" : "pads")
+                                                   : c.need_ints(1, "pads");
+  std::vector<int64_t> axes;
+  if (c.opset() >= 18 && c.has_input(3)) {
+    for (int64_t a : c.need_ints(3, "axes")) axes.push_back(norm_axis(a, c.rank(0)));
+  } else {
+    for (size_t j = 0; j < x.size(); ++j) axes.push_back(int64_t(j));
+  }
+  if (pads.size() != 2 * axes.size()) {
+    fail("pads " + str(pads) + " has " + num(int64_t(pads.size())) + " values; input " + str(x) + " needs " + num(2 * int64_t(axes.size())));
+  }
+  const std::string mode = c.node().attr_s("mode", "constant");
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") fail("unknown pad mode " + quoted(mode));
+  Shape out = x;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t& d = out[axes[i]];
+    d = add(add(d, pads[i]), pads[i + axes.size()]);
+    if (d < 0) fail("pads " + str(pads) + " make axis " + num(axes[i]) + " of input " + str(x) + " negative");
+  }
+  c.set(0, c.dtype(0), out);
+}
+
+// ---- Constants and generators ----
+
+// Constant's value attribute (value, value_int(s), value_float(s)); the loader gives each a tensor.
+const Attribute& constant_value(const Node& n) {
+  for (const char* key : {"value", "value_int", "value_ints", "value_float", "value_floats"}) {
+    const Attribute* a = n.attr(key);
+    if (a && a->tensor_dtype != DType::undefined) return *a;
+  }
+  fail("Constant has no value AutoVM can read (sparse and string constants are not supported)");
+}
+
+void infer_constant(Ctx& c) {
+  const Attribute& a = constant_value(c.node());
+  c.set(0, a.tensor_dtype, a.tensor_shape);
+}
+
+bool eval_constant(Ctx& c) {
+  const Attribute& a = constant_value(c.node());
+  if (!a.tensor) return false;
+  c.set_value(0, *a.tensor);
+  return true;
+}
+
+void infer_constant_of_shape(Ctx& c) {
+  const std::vector<int64_t> dims = c.need_ints(0, "shape");
+  if (c.rank(0) != 1) fail("its shape input must be 1-D, got shape " + str(c.shape(0)));
+  for (int64_t d : dims) {
+    if (d < 0) fail("shape " + str(dims) + " has a negative dim");
+  }
+  const Attribute* value = c.node().attr("value");
+  if (value && element_count(value->tensor_shape) != 1) fail("its value attribute must hold one element");
+  c.set(0, value ? value->tensor_dtype : DType::f32, dims);
+}
+
+bool eval_constant_of_shape(Ctx& c) {
+  const Attribute* value = c.node().attr("value");
+  if (value && !value->tensor) return false;
+  ConstValue out = c.blank(0);
+  for (int64_t i = 0; i < element_count(out.shape); ++i) {
+    if (value) put(out, *value->tensor, 0);
+    else out.floats.push_back(0.0);
+  }
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+void infer_expand(Ctx& c) {
+  const std::vector<int64_t> target = c.need_ints(1, "target shape");
+  for (int64_t d : target) {
+    if (d < 0) fail("target shape " + str(target) + " has a negative dim");
+  }
+  c.set(0, c.dtype(0), broadcast({&c.shape(0), &target}));
+}
+
+bool eval_expand(Ctx& c) {
+  const ConstValue& x = *c.value(0);
+  ConstValue out = c.blank(0);
+  for_each_broadcast(out.shape, {&x.shape}, [&](const std::vector<int64_t>& at) { put(out, x, at[0]); });
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+// Range's length; start, limit and delta must be known scalars.
+int64_t range_length(const Ctx& c) {
+  const char* names[] = {"start", "limit", "delta"};
+  for (size_t i = 0; i < 3; ++i) {
+    if (c.need_value(i, names[i]).size() != 1) fail(std::string(names[i]) + " must be a scalar, got shape " + str(c.shape(i)));
+  }
+  const ConstValue &s = *c.value(0), &l = *c.value(1), &d = *c.value(2);
+  if (is_floating(s.dtype) || is_floating(l.dtype) || is_floating(d.dtype)) {
+    const double step = get_f(d, 0), n = std::ceil((get_f(l, 0) - get_f(s, 0)) / step);
+    if (step == 0 || !(n < double(kMaxElements))) fail("Range with delta " + std::to_string(step) + " has no finite length");
+    return std::max<int64_t>(int64_t(n), 0);
+  }
+  const __int128 diff = __int128(l.ints[0]) - s.ints[0], step = d.ints[0];
+  if (step == 0) fail("Range delta is 0");
+  __int128 n = diff / step;
+  if (diff % step != 0 && (diff > 0) == (step > 0)) ++n;
+  if (n > kMaxElements) fail("Range would have " + num(int64_t(n > INT64_MAX ? INT64_MAX : n)) + " elements, too many");
+  return std::max<int64_t>(int64_t(n), 0);
+}
+
+void infer_range(Ctx& c) { c.set(0, c.dtype(0), {range_length(c)}); }
+
+bool eval_range(Ctx& c) {
+  const ConstValue &s = *c.value(0), &d = *c.value(2);
+  ConstValue out = c.blank(0);
+  for (int64_t i = 0; i < out.shape[0]; ++i) {
+    if (is_floating(out.dtype)) out.floats.push_back(get_f(s, 0) + double(i) * get_f(d, 0));
+    else out.ints.push_back(get_i(s, 0) + i * get_i(d, 0));  // stays between start and limit
+  }
+  c.set_value(0, std::move(out));
+  return true;
+}
+
+struct Rule {
+  void (*infer)(Ctx&);
+  bool (*eval)(Ctx&) = nullptr;  // computes output values from known input values; false if it cannot
+};
+
+const Rule* find_rule(std::string_view op) {
+  static const std::unordered_map<std::string_view, Rule> rules = {
+      {"Add", {infer_arith, eval_arith<Arith::add>}},
+      {"AveragePool", {infer_pool}},
+      {"BatchNormalization", {infer_batch_norm}},
+      {"Cast", {infer_cast, eval_cast}},
+      {"Clip", {infer_same}},
+      {"Concat", {infer_concat, eval_concat}},
+      {"Constant", {infer_constant, eval_constant}},
+      {"ConstantOfShape", {infer_constant_of_shape, eval_constant_of_shape}},
+      {"Conv", {infer_conv}},
+      {"Div", {infer_arith, eval_arith<Arith::div>}},
+      {"Dropout", {infer_dropout}},
+      {"Equal", {infer_compare, eval_equal}},
+      {"Erf", {infer_same}},
+      {"Expand", {infer_expand, eval_expand}},
+      {"Flatten", {infer_flatten, eval_copy}},
+      {"Gather", {infer_gather, eval_gather}},
+      {"Gemm", {infer_gemm}},
+      {"GlobalAveragePool", {infer_global_pool}},
+      {"HardSigmoid", {infer_same}},
+      {"HardSwish", {infer_same}},
+      {"Identity", {infer_same, eval_copy}},
+      {"LRN", {infer_lrn}},
+      {"MatMul", {infer_matmul}},
+      {"MaxPool", {infer_pool}},
+      {"Mul", {infer_arith, eval_arith<Arith::mul>}},
+      {"Neg", {infer_same, eval_neg}},
+      {"Not", {infer_not, eval_not}},
+      {"Pad", {infer_pad}},
+      {"Pow", {infer_arith, eval_arith<Arith::pow>}},
+      {"Range", {infer_range, eval_range}},
+      {"ReduceMean", {infer_reduce, eval_reduce<true>}},
+      {"ReduceProd", {infer_reduce, eval_reduce<false>}},
+      {"Relu", {infer_same}},
+      {"Reshape", {infer_reshape, eval_copy}},
+      {"Shape", {infer_shape, eval_shape}},
+      {"Sigmoid", {infer_same}},
+      {"Slice", {infer_slice, eval_slice}},
+      {"Softmax", {infer_softmax}},
+      {"Split", {infer_split}},
+      {"Sqrt", {infer_same, eval_sqrt}},
+      {"Squeeze", {infer_squeeze, eval_copy}},
+      {"Sub", {infer_arith, eval_arith<Arith::sub>}},
+      {"Transpose", {infer_transpose}},
+      {"Unsqueeze", {infer_unsqueeze, eval_copy}},
+      {"Where", {infer_where, eval_where}},
+  };
+  auto it = rules.find(op);
+  return it == rules.end() ? nullptr : &it->second;
+}
+
+void set_input_shape(Value& v, int64_t batch) {
+  if (!v.shape_declared) {
+    throw Error(ErrorKind::invalid_model, "graph input " + quoted(v.name) + " has no declared shape; AutoVM needs "
+                "one (export with a sample input of the training shape)");
+  }
+  Shape s = v.declared_shape;
+  if (!s.empty()) s[0] = batch;
+  for (size_t j = 1; j < s.size(); ++j) {
+    if (s[j] < 0) {
+      throw Error(ErrorKind::invalid_model, "graph input " + quoted(v.name) + " has shape " + str(v.declared_shape) +
+                  ": dim " + num(int64_t(j)) + " has no fixed size; only the batch dim (0) may be symbolic, so "
+                  "re-export with fixed sizes");
+    }
+  }
+  if (checked_element_count(s) < 0) {
+    throw Error(ErrorKind::invalid_model, "graph input " + quoted(v.name) + " with batch " + num(batch) +
+                " has shape " + str(s) + ", which is too large");
+  }
+  v.shape = std::move(s);
+  v.shape_known = true;
+}
+
+void infer_node(Model& m, Node& n) {
+  auto error = [&](ErrorKind kind, const std::string& message) {
+    return Error(kind, "node " + quoted(n.name) + " (" + n.op + "): " + message);
+  };
+  const Rule* rule = n.domain.empty() ? find_rule(n.op) : nullptr;
+  if (!rule) throw error(ErrorKind::unsupported, "AutoVM has no shape rule for this op" + (n.domain.empty() ? "" : " of domain " + quoted(n.domain)));
+  bool inputs_known = true;
+  for (int v : n.inputs) {
+    if (v < 0) continue;
+    if (!m.values[v].shape_known) throw error(ErrorKind::invalid_model, "input " + quoted(m.values[v].name) + " has no known shape");
+    inputs_known = inputs_known && m.values[v].value.has_value();
+  }
+  Ctx c(m, n);
+  try {
+    rule->infer(c);
+    bool small = true;
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      if (n.outputs[k] < 0) continue;
+      const Value& out = m.values[n.outputs[k]];
+      if (!out.shape_known) fail("has " + num(int64_t(n.outputs.size())) + " outputs, more than this op produces");
+      small = small && element_count(out.shape) <= kMaxFoldElements;
+    }
+    // Shape needs only its input's shape; every other op needs its inputs' values.
+    if (rule->eval && small && (n.op == "Shape" || (inputs_known && !n.inputs.empty()))) n.folded = rule->eval(c);
+    if (n.op == "Constant") n.folded = true;
+  } catch (const Failure& f) {
+    throw error(ErrorKind::invalid_model, f.message);
+  }
+}
+
+}  // namespace
+
+bool has_shape_rule(std::string_view op) { return find_rule(op) != nullptr; }
+
+void infer_shapes(Model& model, int64_t batch) {
+  if (batch < 1) throw Error(ErrorKind::usage, "the batch size must be at least 1, got " + std::to_string(batch));
+  for (Value& v : model.values) {
+    if (v.source != ValueSource::node_output) continue;
+    v.dtype = DType::undefined;
+    v.shape.clear();
+    v.shape_known = false;
+    v.value.reset();
+  }
+  for (int i : model.inputs) set_input_shape(model.values[i], batch);
+  for (Node& n : model.nodes) {
+    n.folded = false;
+    infer_node(model, n);
+  }
+}
+
+}  // namespace autovm::model

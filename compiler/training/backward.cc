@@ -1,0 +1,93 @@
+// Pass: the backward steps. Starts from the loss's gradient and walks the forward steps in
+// reverse; each step with a gradient to propagate becomes "<Op>Grad", which reads the gradients
+// of its outputs and the forward tensors its rule needs, and writes a gradient for each input
+// that requires one. A second gradient for the same tensor is added in place ("GradSum").
+#include <algorithm>
+#include <string>
+
+#include "training/passes.h"
+
+namespace autovm::training {
+
+std::vector<TensorId> append_backward(const model::Model& m, const ForwardPass& fp,
+                                      TrainingStep& ts) {
+  TrainingGraph& g = ts.graph;
+  std::vector<TensorId> grad_of(g.tensors.size(), kNoTensor);
+  auto grad = [&](TensorId t) -> TensorId& {
+    if (grad_of.size() < g.tensors.size()) grad_of.resize(g.tensors.size(), kNoTensor);
+    return grad_of[static_cast<size_t>(t)];
+  };
+
+  // The loss's gradient: d loss / d logits = softmax(logits) - onehot(label), scaled by 1/batch.
+  const Step& loss_step = g.steps.back();
+  TensorId log_prob = loss_step.outputs[1];
+  const Tensor logits = g.tensor(ts.logits);  // a copy: add_tensor may reallocate
+  TensorId d_logits = g.add_tensor("grad/" + logits.name, TensorKind::activation_grad,
+                                   logits.dtype, logits.shape);
+  add_step(g, "SoftmaxCrossEntropyLossGrad", Phase::backward, "", {log_prob, ts.label},
+           {d_logits}, 3.0 * static_cast<double>(element_count(ts.logits_shape)));
+  grad(ts.logits) = d_logits;
+
+  for (auto rec = fp.records.rbegin(); rec != fp.records.rend(); ++rec) {
+    const GradientRule& rule = *rec->rule;
+    if (rule.op_class != OpClass::compute) continue;
+    std::vector<TensorId> inputs;
+    auto use = [&](TensorId t) {
+      if (t != kNoTensor && std::find(inputs.begin(), inputs.end(), t) == inputs.end())
+        inputs.push_back(t);
+    };
+    for (TensorId out : rec->outputs)
+      if (grad(out) != kNoTensor) use(grad(out));
+    if (inputs.empty()) continue;  // nothing flows back through this step
+
+    // Inputs that receive a gradient, and the forward tensors their rule needs.
+    bool all = rule.differentiable.empty() && rule.data_inputs < 0;
+    std::vector<TensorId> targets;
+    for (size_t i = 0; i < rec->inputs.size(); ++i) {
+      TensorId t = rec->inputs[i];
+      if (t == kNoTensor || !fp.requires_grad[static_cast<size_t>(t)]) continue;
+      auto it = std::find(rule.differentiable.begin(), rule.differentiable.end(), int(i));
+      if (!all && it == rule.differentiable.end()) continue;
+      targets.push_back(t);
+      if (all) continue;
+      for (const Ref& r : rule.needs[static_cast<size_t>(it - rule.differentiable.begin())]) {
+        const auto& side = r.output ? rec->outputs : rec->inputs;
+        if (r.index < static_cast<int>(side.size())) use(side[static_cast<size_t>(r.index)]);
+      }
+    }
+    if (targets.empty()) continue;
+
+    const model::Node& node = m.nodes[static_cast<size_t>(rec->node)];
+    std::vector<TensorId> partials;
+    for (TensorId t : targets) {
+      const Tensor target = g.tensor(t);  // a copy: add_tensor may reallocate
+      std::string name = "grad/" + target.name;
+      if (grad(t) != kNoTensor) name += "/" + node.name;
+      for (TensorId p : partials)
+        if (g.tensor(p).name == name) name += "/" + std::to_string(partials.size());
+      TensorKind kind = target.kind == TensorKind::parameter ? TensorKind::gradient
+                                                             : TensorKind::activation_grad;
+      partials.push_back(g.add_tensor(name, kind, target.dtype, target.shape));
+    }
+    TensorId workspace = kNoTensor;
+    if (rec->workspace_bytes > 0)
+      workspace = g.add_tensor(node.name + "/grad_workspace", TensorKind::workspace, DType::u8,
+                               Shape{rec->workspace_bytes});
+    double flops = rule.backward_flops_factor * g.step(rec->step).flops;
+    add_step(g, std::string(rule.op) + "Grad", Phase::backward, node.name, std::move(inputs),
+             partials, flops, workspace);
+    for (size_t k = 0; k < targets.size(); ++k) {
+      TensorId& acc = grad(targets[k]);
+      if (acc == kNoTensor) {
+        acc = partials[k];
+        continue;
+      }
+      add_step(g, "GradSum", Phase::backward, node.name, {acc, partials[k]}, {acc},
+               static_cast<double>(element_count(g.tensor(acc).shape)));
+    }
+  }
+  grad_of.resize(g.tensors.size(), kNoTensor);
+  return grad_of;
+}
+
+}  // namespace autovm::training

@@ -1,0 +1,84 @@
+#include "training/cost.h"
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+
+namespace autovm::training {
+namespace {
+
+const Shape* shape_of(const model::Model& m, int value) {
+  if (value < 0 || value >= static_cast<int>(m.values.size())) return nullptr;
+  const auto& v = m.values[static_cast<size_t>(value)];
+  return v.shape_known ? &v.shape : nullptr;
+}
+
+double numel(const Shape* s) { return s ? static_cast<double>(element_count(*s)) : 0.0; }
+
+// FLOPs per output element of elementwise ops.
+double elementwise_cost(const std::string& op) {
+  static const std::unordered_map<std::string, double> cost = {
+      {"Relu", 1}, {"Clip", 2}, {"HardSigmoid", 3}, {"HardSwish", 5}, {"Sigmoid", 4},
+      {"Erf", 8},  {"Sqrt", 4}, {"Add", 1},         {"Sub", 1},       {"Mul", 1},
+      {"Div", 1},  {"Pow", 8},  {"Where", 1},       {"Dropout", 2}};
+  auto it = cost.find(op);
+  return it == cost.end() ? 0.0 : it->second;
+}
+
+}  // namespace
+
+double forward_flops(const model::Model& m, const model::Node& n) {
+  const Shape* in0 = n.inputs.empty() ? nullptr : shape_of(m, n.inputs[0]);
+  const Shape* out0 = n.outputs.empty() ? nullptr : shape_of(m, n.outputs[0]);
+  const std::string& op = n.op;
+  if (op == "Conv") {
+    const Shape* w = n.inputs.size() > 1 ? shape_of(m, n.inputs[1]) : nullptr;
+    if (!w || !out0 || w->size() < 2) return 0;
+    double per_output = 1;
+    for (size_t i = 1; i < w->size(); ++i) per_output *= static_cast<double>((*w)[i]);
+    bool bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
+    return numel(out0) * (2 * per_output + (bias ? 1 : 0));
+  }
+  if (op == "Gemm") {
+    const Shape* a = in0;
+    if (!a || !out0 || a->size() != 2) return 0;
+    double k = static_cast<double>(n.attr_i("transA", 0) ? (*a)[0] : (*a)[1]);
+    return numel(out0) * (2 * k + 1);
+  }
+  if (op == "MatMul") {
+    if (!in0 || !out0 || in0->empty()) return 0;
+    return numel(out0) * 2 * static_cast<double>(in0->back());
+  }
+  if (op == "BatchNormalization") return 8 * numel(in0);
+  if (op == "MaxPool" || op == "AveragePool") {
+    double window = 1;
+    for (int64_t k : n.attr_ints("kernel_shape")) window *= static_cast<double>(k);
+    return numel(out0) * window;
+  }
+  if (op == "GlobalAveragePool" || op == "ReduceMean") return numel(in0);
+  if (op == "Softmax") return 5 * numel(in0);
+  if (op == "LRN") return numel(in0) * (2 * static_cast<double>(n.attr_i("size", 1)) + 4);
+  return numel(out0) * elementwise_cost(op);
+}
+
+int64_t conv_workspace_bytes(const model::Model& m, const model::Node& conv, int64_t limit) {
+  const Shape* x = conv.inputs.empty() ? nullptr : shape_of(m, conv.inputs[0]);
+  const Shape* w = conv.inputs.size() > 1 ? shape_of(m, conv.inputs[1]) : nullptr;
+  const Shape* y = conv.outputs.empty() ? nullptr : shape_of(m, conv.outputs[0]);
+  if (!x || !w || !y || w->size() < 3 || y->size() < 3) return 0;
+  bool unit_kernel = true;
+  for (size_t i = 2; i < w->size(); ++i) unit_kernel = unit_kernel && (*w)[i] == 1;
+  bool unit_stride = true;
+  for (int64_t s : conv.attr_ints("strides")) unit_stride = unit_stride && s == 1;
+  bool no_pad = true;
+  for (int64_t p : conv.attr_ints("pads")) no_pad = no_pad && p == 0;
+  if (unit_kernel && unit_stride && no_pad) return 0;
+  double elements = static_cast<double>((*y)[0]);        // N
+  for (size_t i = 2; i < y->size(); ++i) elements *= static_cast<double>((*y)[i]);  // Ho*Wo
+  for (size_t i = 1; i < w->size(); ++i) elements *= static_cast<double>((*w)[i]);  // Cin/g*kh*kw
+  int64_t elt = element_size(m.values[static_cast<size_t>(conv.inputs[0])].dtype);
+  double bytes = elements * static_cast<double>(elt);
+  return bytes >= static_cast<double>(limit) ? limit : static_cast<int64_t>(bytes);
+}
+
+}  // namespace autovm::training

@@ -1,0 +1,199 @@
+// Pass: the forward steps. Maps model values to tensors (graph inputs, parameters, buffers,
+// activations), turns views into aliases, and adds one step per running node.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "training/cost.h"
+#include "training/passes.h"
+#include "util/error.h"
+
+namespace autovm::training {
+namespace {
+
+bool dropout_is_training(const model::Model& m, const model::Node& n) {
+  double ratio = n.attr_f("ratio", 0.5);
+  if (n.inputs.size() > 1 && n.inputs[1] >= 0) {
+    const auto& v = m.values[static_cast<size_t>(n.inputs[1])];
+    if (v.value && !v.value->floats.empty()) ratio = v.value->floats[0];
+  }
+  if (ratio <= 0) return false;
+  if (m.opset < 12) return true;  // before opset 12 a Dropout node only exists to be applied
+  if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
+    const auto& v = m.values[static_cast<size_t>(n.inputs[2])];
+    if (v.value && !v.value->ints.empty()) return v.value->ints[0] != 0;
+  }
+  return false;
+}
+
+}  // namespace
+
+Step& add_step(TrainingGraph& g, std::string op, Phase phase, std::string node,
+               std::vector<TensorId> inputs, std::vector<TensorId> outputs, double flops,
+               TensorId workspace) {
+  Step s;
+  s.id = g.step_count();
+  s.op = std::move(op);
+  s.phase = phase;
+  s.node = std::move(node);
+  s.inputs = std::move(inputs);
+  s.outputs = std::move(outputs);
+  s.workspace = workspace;
+  s.flops = flops;
+  for (TensorId t : s.inputs) s.bytes_touched += g.tensor(t).bytes;
+  for (TensorId t : s.outputs) s.bytes_touched += g.tensor(t).bytes;
+  if (workspace != kNoTensor) s.bytes_touched += g.tensor(workspace).bytes;
+  g.steps.push_back(std::move(s));
+  return g.steps.back();
+}
+
+ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, TrainingStep& ts) {
+  TrainingGraph& g = ts.graph;
+  ForwardPass fp;
+  std::vector<TensorId> tensor_of(m.values.size(), kNoTensor);
+  auto add = [&](std::string name, TensorKind kind, DType dtype, Shape shape, bool grad) {
+    TensorId id = g.add_tensor(std::move(name), kind, dtype, std::move(shape));
+    fp.requires_grad.push_back(grad);
+    return id;
+  };
+
+  std::vector<bool> running_stat(m.values.size(), false);
+  for (const auto& n : m.nodes)
+    if (!n.folded && n.op == "BatchNormalization")
+      for (size_t i = 3; i < n.inputs.size() && i < 5; ++i)
+        if (n.inputs[i] >= 0) running_stat[static_cast<size_t>(n.inputs[i])] = true;
+
+  for (int v : m.inputs) {
+    const auto& val = m.values[static_cast<size_t>(v)];
+    tensor_of[static_cast<size_t>(v)] = add(val.name, TensorKind::input, val.dtype, val.shape, false);
+  }
+  // Initializers and folded constants become tensors when a running node first reads them.
+  auto tensor_for = [&](int v) -> TensorId {
+    if (v < 0) return kNoTensor;
+    auto& t = tensor_of[static_cast<size_t>(v)];
+    if (t != kNoTensor) return t;
+    const auto& val = m.values[static_cast<size_t>(v)];
+    bool trainable = val.source == model::ValueSource::initializer && is_floating(val.dtype) &&
+                     !running_stat[static_cast<size_t>(v)] && !val.shape.empty();
+    t = add(val.name, trainable ? TensorKind::parameter : TensorKind::buffer, val.dtype, val.shape,
+            trainable);
+    return t;
+  };
+  auto new_output = [&](int v, bool grad) {
+    const auto& val = m.values[static_cast<size_t>(v)];
+    TensorId t = add(val.name, TensorKind::activation, val.dtype, val.shape, grad && is_floating(val.dtype));
+    tensor_of[static_cast<size_t>(v)] = t;
+    return t;
+  };
+
+  for (size_t ni = 0; ni < m.nodes.size(); ++ni) {
+    const model::Node& n = m.nodes[ni];
+    if (n.folded) continue;
+    const GradientRule* rule = find_gradient_rule(n.op);
+    if (!rule)
+      throw Error(ErrorKind::unsupported,
+                  fmt::format("node '{}' ({}) must run during training but AutoVM has no gradient "
+                              "rule for {}; it can only be evaluated when its inputs are constants",
+                              n.name, n.op, n.op));
+    bool is_view = rule->op_class == OpClass::view ||
+                   (n.op == "Dropout" && !dropout_is_training(m, n));
+    if (is_view) {
+      TensorId src = tensor_for(n.inputs.empty() ? -1 : n.inputs[0]);
+      if (src == kNoTensor || n.outputs.empty() || n.outputs[0] < 0)
+        throw Error(ErrorKind::invalid_model,
+                    fmt::format("node '{}' ({}) has no input or output", n.name, n.op));
+      tensor_of[static_cast<size_t>(n.outputs[0])] = src;
+      g.tensors[static_cast<size_t>(src)].aliases.push_back(m.values[static_cast<size_t>(n.outputs[0])].name);
+      continue;
+    }
+
+    ForwardRecord rec;
+    rec.rule = rule;
+    rec.node = static_cast<int>(ni);
+    size_t data = rule->data_inputs < 0 ? n.inputs.size()
+                                        : std::min(n.inputs.size(), size_t(rule->data_inputs));
+    rec.inputs.assign(n.inputs.size(), kNoTensor);
+    bool any_grad = false;
+    for (size_t i = 0; i < data; ++i) rec.inputs[i] = tensor_for(n.inputs[i]);
+    if (rule->op_class == OpClass::compute) {
+      bool all = rule->differentiable.empty() && rule->data_inputs < 0;  // Concat
+      for (size_t i = 0; i < data; ++i) {
+        bool diff = all || std::find(rule->differentiable.begin(), rule->differentiable.end(),
+                                     int(i)) != rule->differentiable.end();
+        if (diff && rec.inputs[i] != kNoTensor && fp.requires_grad[static_cast<size_t>(rec.inputs[i])])
+          any_grad = true;
+      }
+    }
+
+    std::vector<TensorId> step_outputs;
+    if (n.op == "BatchNormalization") {
+      if (n.outputs.empty() || n.outputs[0] < 0 || data < 5)
+        throw Error(ErrorKind::invalid_model,
+                    fmt::format("node '{}' (BatchNormalization) needs 5 inputs and an output", n.name));
+      TensorId y = new_output(n.outputs[0], any_grad);
+      const Shape channels = g.tensor(rec.inputs[1]).shape;
+      TensorId mean = add(n.name + "/saved_mean", TensorKind::activation, DType::f32, channels, false);
+      TensorId inv_std = add(n.name + "/saved_inv_std", TensorKind::activation, DType::f32, channels, false);
+      // ONNX outputs 1, 2 are the updated running statistics (in place); 3, 4 the saved ones.
+      for (size_t j = 1; j < n.outputs.size() && j < 5; ++j) {
+        if (n.outputs[j] < 0) continue;
+        TensorId same = j == 1 ? rec.inputs[3] : j == 2 ? rec.inputs[4] : j == 3 ? mean : inv_std;
+        tensor_of[static_cast<size_t>(n.outputs[j])] = same;
+        g.tensors[static_cast<size_t>(same)].aliases.push_back(m.values[static_cast<size_t>(n.outputs[j])].name);
+      }
+      rec.outputs = {y, mean, inv_std};
+      step_outputs = {y, mean, inv_std, rec.inputs[3], rec.inputs[4]};
+    } else if (n.op == "Dropout") {
+      TensorId y = new_output(n.outputs[0], any_grad);
+      TensorId mask = n.outputs.size() > 1 && n.outputs[1] >= 0
+                          ? new_output(n.outputs[1], false)
+                          : add(n.name + "/mask", TensorKind::activation, DType::boolean,
+                                Shape(g.tensor(y).shape), false);
+      rec.outputs = {y, mask};
+      step_outputs = rec.outputs;
+    } else {
+      for (int v : n.outputs) {
+        if (v < 0) continue;
+        if (!m.values[static_cast<size_t>(v)].shape_known)
+          throw Error(ErrorKind::invalid_model,
+                      fmt::format("node '{}' ({}): the shape of output '{}' is unknown", n.name,
+                                  n.op, m.values[static_cast<size_t>(v)].name));
+        rec.outputs.push_back(new_output(v, any_grad));
+      }
+      step_outputs = rec.outputs;
+    }
+
+    std::vector<TensorId> step_inputs;
+    for (TensorId t : rec.inputs)
+      if (t != kNoTensor && std::find(step_inputs.begin(), step_inputs.end(), t) == step_inputs.end())
+        step_inputs.push_back(t);
+    TensorId workspace = kNoTensor;
+    if (n.op == "Conv") {
+      rec.workspace_bytes = conv_workspace_bytes(m, n, o.conv_workspace_limit);
+      if (rec.workspace_bytes > 0)
+        workspace = add(n.name + "/workspace", TensorKind::workspace, DType::u8,
+                        Shape{rec.workspace_bytes}, false);
+    }
+    rec.step = add_step(g, n.op, Phase::forward, n.name, std::move(step_inputs),
+                        std::move(step_outputs), forward_flops(m, n), workspace)
+                   .id;
+    fp.records.push_back(std::move(rec));
+  }
+
+  if (m.outputs.empty())
+    throw Error(ErrorKind::invalid_model, "the model has no graph output; AutoVM needs the logits");
+  const auto& out = m.values[static_cast<size_t>(m.outputs[0])];
+  ts.logits = tensor_of[static_cast<size_t>(m.outputs[0])];
+  // The logits may be a view (Flatten) of a higher-rank tensor: check the model's value.
+  if (ts.logits == kNoTensor || g.tensor(ts.logits).kind != TensorKind::activation ||
+      !out.shape_known || out.shape.size() != 2 || !is_floating(out.dtype))
+    throw Error(ErrorKind::invalid_model,
+                fmt::format("the model's first output '{}' is not floating-point logits of shape "
+                            "[batch, classes] computed by the model; AutoVM trains classification "
+                            "models: export the model so that its first output is the logits",
+                            out.name));
+  ts.logits_shape = out.shape;
+  return fp;
+}
+
+}  // namespace autovm::training

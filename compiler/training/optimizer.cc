@@ -1,0 +1,53 @@
+// Pass: the optimizer. After backward, one in-place update step per parameter that received a
+// gradient, in parameter order. State tensors: momentum keeps a velocity, Adam its first and
+// second moments; all live across training steps.
+#include "training/passes.h"
+
+namespace autovm::training {
+
+std::string_view name(Optimizer o) {
+  switch (o) {
+    case Optimizer::sgd: return "sgd";
+    case Optimizer::momentum: return "momentum";
+    case Optimizer::adam: return "adam";
+  }
+  return "sgd";
+}
+
+std::optional<Optimizer> parse_optimizer(std::string_view s) {
+  if (s == "sgd") return Optimizer::sgd;
+  if (s == "momentum") return Optimizer::momentum;
+  if (s == "adam") return Optimizer::adam;
+  return std::nullopt;
+}
+
+void append_optimizer(const std::vector<TensorId>& gradient_of, const TrainingOptions& o,
+                      TrainingStep& ts) {
+  TrainingGraph& g = ts.graph;
+  size_t count = g.tensors.size();
+  for (size_t i = 0; i < count && i < gradient_of.size(); ++i) {
+    if (g.tensors[i].kind != TensorKind::parameter || gradient_of[i] == kNoTensor) continue;
+    auto param = static_cast<TensorId>(i);
+    Tensor p = g.tensors[i];  // copy: add_tensor may reallocate
+    double n = static_cast<double>(element_count(p.shape));
+    switch (o.optimizer) {
+      case Optimizer::sgd:
+        add_step(g, "SGD", Phase::optimizer, "", {param, gradient_of[i]}, {param}, 2 * n);
+        break;
+      case Optimizer::momentum: {
+        TensorId v = g.add_tensor(p.name + "/momentum", TensorKind::optimizer_state, p.dtype, p.shape);
+        add_step(g, "SGDMomentum", Phase::optimizer, "", {param, gradient_of[i], v}, {param, v}, 4 * n);
+        break;
+      }
+      case Optimizer::adam: {
+        TensorId m1 = g.add_tensor(p.name + "/adam_m", TensorKind::optimizer_state, p.dtype, p.shape);
+        TensorId m2 = g.add_tensor(p.name + "/adam_v", TensorKind::optimizer_state, p.dtype, p.shape);
+        add_step(g, "Adam", Phase::optimizer, "", {param, gradient_of[i], m1, m2},
+                 {param, m1, m2}, 16 * n);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace autovm::training

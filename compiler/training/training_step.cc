@@ -1,0 +1,50 @@
+#include "training/training_step.h"
+
+#include <fmt/format.h>
+
+#include "training/passes.h"
+
+namespace autovm::training {
+
+void detect_inference_export(const model::Model& m, TrainingStep& ts) {
+  int bn = 0, bn_inference = 0, dropout = 0, conv = 0, conv_bias = 0;
+  for (const auto& n : m.nodes) {
+    if (n.folded) continue;
+    if (n.op == "BatchNormalization") {
+      ++bn;
+      int outputs = 0;
+      for (int v : n.outputs) outputs += v >= 0;
+      if (outputs == 1 && n.attr_i("training_mode", 0) == 0) ++bn_inference;
+    } else if (n.op == "Dropout") {
+      ++dropout;
+    } else if (n.op == "Conv") {
+      ++conv;
+      conv_bias += n.inputs.size() > 2 && n.inputs[2] >= 0;
+    }
+  }
+  std::string why;
+  if (bn_inference > 0)
+    why = fmt::format("{} of its {} BatchNormalization nodes are in inference form", bn_inference, bn);
+  else if (bn == 0 && dropout == 0 && conv > 0 && conv_bias == conv)
+    why = fmt::format("it has no BatchNormalization and no Dropout, and all {} convolutions have "
+                      "a bias (batch norm may have been folded into them)", conv);
+  if (why.empty()) return;
+  ts.looks_like_inference_export = true;
+  ts.inference_hint = fmt::format(
+      "the model looks like an inference export: {}. The plan covers the graph as written; to "
+      "plan real training, export with torch.onnx.export(model.train(), x, f, "
+      "training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)",
+      why);
+}
+
+TrainingStep build_training_step(const model::Model& m, const TrainingOptions& o) {
+  TrainingStep ts;
+  ForwardPass fp = append_forward(m, o, ts);
+  append_loss(m, ts);
+  std::vector<TensorId> gradient_of = append_backward(m, fp, ts);
+  append_optimizer(gradient_of, o, ts);
+  detect_inference_export(m, ts);
+  return ts;
+}
+
+}  // namespace autovm::training

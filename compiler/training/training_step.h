@@ -1,0 +1,49 @@
+// Contract: builds the whole training step from a shape-inferred model.
+//
+//   forward   one step per running model node (folded shape arithmetic and views excluded)
+//   loss      softmax cross-entropy of the first graph output (the logits, [batch, classes])
+//             against integer labels [batch]
+//   backward  one "<Op>Grad" step per forward step that has a gradient to propagate, in reverse
+//             order, from the gradient rules table; a "GradSum" step accumulates in place when a
+//             tensor receives a second gradient
+//   optimizer one update step per parameter, in place, with its state tensors
+//
+// The order is deterministic: it follows the model's topological order.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "ir/graph.h"
+#include "model/model.h"
+
+namespace autovm::training {
+
+enum class Optimizer { sgd, momentum, adam };
+std::string_view name(Optimizer);
+std::optional<Optimizer> parse_optimizer(std::string_view);
+
+struct TrainingOptions {
+  Optimizer optimizer = Optimizer::sgd;
+  int64_t conv_workspace_limit = int64_t(256) << 20;  // see training/cost.h
+};
+
+struct TrainingStep {
+  TrainingGraph graph;
+  TensorId logits = kNoTensor;  // its storage; may be a view's source of another shape
+  Shape logits_shape;           // [batch, classes]
+  TensorId label = kNoTensor;
+  TensorId loss = kNoTensor;
+  // True when the model looks like an inference export (batch norm folded into convolutions,
+  // no dropout); `inference_hint` then says why and how to export for training.
+  bool looks_like_inference_export = false;
+  std::string inference_hint;
+};
+
+// Throws Error(invalid_model) when the model has no usable logits output, and
+// Error(unsupported) when a node that must run has no gradient rule.
+TrainingStep build_training_step(const model::Model& model, const TrainingOptions& options);
+
+}  // namespace autovm::training
