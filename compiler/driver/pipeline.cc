@@ -2,14 +2,97 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "analysis/arena.h"
 #include "analysis/lifetimes.h"
 #include "analysis/timeline.h"
 #include "model/model.h"
 #include "model/shape_inference.h"
+#include "plan/baselines.h"
+#include "plan/bound.h"
+#include "plan/cost_model.h"
+#include "plan/device_profile.h"
+#include "plan/gaps.h"
+#include "plan/simulator.h"
+#include "plan/swap_planner.h"
 #include "util/error.h"
 
 namespace autovm {
+namespace {
+
+int64_t max_of(const std::vector<int64_t>& v) {
+  int64_t m = 0;
+  for (int64_t x : v) m = std::max(m, x);
+  return m;
+}
+
+Prediction predict(const std::string& policy, const SimResult& sim, int64_t resident_peak,
+                   int64_t budget) {
+  Prediction p;
+  p.policy = policy;
+  p.fits = resident_peak <= budget;
+  p.step_time_us = sim.step_time_us;
+  p.compute_us = sim.compute_us;
+  p.stall_us = sim.stall_us;
+  p.recompute_us = sim.recompute_us;
+  p.bytes_to_host = sim.bytes_to_host;
+  p.bytes_to_device = sim.bytes_to_device;
+  p.resident_peak_bytes = resident_peak;
+  return p;
+}
+
+// Swap planning under the budget, its prediction, the bound and the baselines.
+void plan_under_budget(Plan& plan) {
+  const TrainingGraph& g = plan.training.graph;
+  DeviceProfile device = load_device_profile(plan.options.device);
+  const Mechanism& mech = device.mechanism(
+      plan.options.mechanism.empty() ? device.default_mechanism : plan.options.mechanism);
+  plan.device = device.name;
+  plan.mechanism = mech.name;
+  plan.compute_us = predict_step_times(g, device);
+  if (!plan.options.step_times_file.empty())
+    apply_measured_step_times(plan.options.step_times_file, g, plan.compute_us);
+  if (plan.options.minimum_budget)
+    plan.options.budget_bytes = max_of(unavoidable_bytes(g, plan.lifetimes));
+  int64_t budget = plan.options.budget_bytes;
+  bool swaps = plan.timeline.peak_bytes > budget;
+  if (swaps) {
+    SwapOptions so;
+    so.budget_bytes = budget;
+    so.allow_recompute = plan.options.allow_recompute;
+    plan.actions = plan_swaps(g, plan.lifetimes, plan.timeline.total, plan.compute_us, mech, so);
+  }
+  SimResult sim = simulate(g, plan.actions, plan.compute_us, mech, device);
+  for (size_t i = 0; i < plan.actions.size(); ++i) {
+    plan.actions[i].issue_us = sim.issue_us[i];
+    plan.actions[i].ready_us = sim.ready_us[i];
+  }
+  plan.start_us = sim.start_us;
+  plan.end_us = sim.end_us;
+  plan.stall_us = sim.stall_before_us;
+  plan.prediction = predict("autovm", sim, max_of(resident_bytes(g, plan.lifetimes, plan.actions)), budget);
+  SimResult resident = simulate(g, {}, plan.compute_us, mech, device);
+  plan.no_swap_step_time_us = resident.step_time_us;
+  StepTimeBound bound = lower_bound(plan.timeline.total, recomputable_bytes(g, plan.lifetimes),
+                                    plan.compute_us, budget, mech);
+  plan.bound_us = bound.bound_us;
+  plan.bound_critical_step = bound.critical_step;
+  plan.bound_must_move_bytes = bound.must_move_bytes;
+  if (!swaps) return;
+  plan.baselines.push_back(predict("no_swap", resident, plan.timeline.peak_bytes, budget));
+  plan.baselines.push_back(predict(
+      "demand_paging",
+      simulate_demand_paging(g, plan.lifetimes, plan.compute_us, budget, device),
+      std::min(plan.timeline.peak_bytes, budget), budget));
+  for (const BaselinePlan& b : {baseline_vdnn(g, plan.lifetimes, mech.name),
+                                baseline_save_on_cpu(g, plan.lifetimes, mech.name),
+                                baseline_checkpoint(g, plan.lifetimes)})
+    plan.baselines.push_back(predict(b.policy, simulate(g, b.actions, plan.compute_us, mech, device),
+                                     b.resident_peak_bytes, budget));
+}
+
+}  // namespace
 
 Plan make_plan(const std::string& model_path, const PlanOptions& options) {
   model::Model m = model::load_model(model_path);
@@ -39,6 +122,7 @@ Plan make_plan(const std::string& model_path, const PlanOptions& options) {
   plan.lifetimes = compute_lifetimes(plan.training.graph);
   plan.timeline = compute_timeline(plan.training.graph, plan.lifetimes);
   plan.arena = layout_arena(plan.training.graph, plan.lifetimes, options.alignment);
+  plan_under_budget(plan);
 
   ModelIdentity& id = plan.model;
   auto slash = model_path.find_last_of('/');

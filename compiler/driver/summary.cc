@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "emit/plan_json.h"
 #include "util/size.h"
 
@@ -58,12 +60,41 @@ std::string plan_summary(const Plan& plan) {
   line("arena", fmt::format("{}, {:.3f}x the peak of live bytes (the bound no layout beats)",
                             format_bytes(plan.arena.size), ratio));
   int64_t budget = plan.options.budget_bytes;
-  if (tl.peak_bytes <= budget)
-    line("budget", fmt::format("{}: fits, {} to spare", format_bytes(budget),
+  bool limited = budget < std::numeric_limits<int64_t>::max();
+  if (!limited)
+    line("budget", "none (--budget SIZE plans swapping for a smaller GPU)");
+  else if (tl.peak_bytes <= budget)
+    line("budget", fmt::format("{}: fits without swapping, {} to spare", format_bytes(budget),
                                format_bytes_short(budget - tl.peak_bytes)));
   else
-    line("budget", fmt::format("{}: does not fit; the step needs {} more", format_bytes(budget),
-                               format_bytes(tl.peak_bytes - budget)));
+    line("budget", fmt::format("{}: the peak is {} over it; swap plan below", format_bytes(budget),
+                               format_bytes_short(tl.peak_bytes - budget)));
+  if (!plan.compute_us.empty()) {
+    const Prediction& p = plan.prediction;
+    auto ms = [](double us) { return fmt::format("{:.1f} ms", us / 1000); };
+    line("device", fmt::format("{}, mechanism {}", plan.device, plan.mechanism));
+    if (!plan.actions.empty()) {
+      int counts[5] = {0, 0, 0, 0, 0};
+      for (const Action& a : plan.actions) counts[static_cast<int>(a.kind)]++;
+      line("actions", fmt::format("{} evict, {} prefetch, {} discard, {} recompute; resident "
+                                  "peak {}",
+                                  counts[1], counts[0], counts[2], counts[3],
+                                  format_bytes_short(p.resident_peak_bytes)));
+      line("moved", fmt::format("{} to host, {} to device", format_bytes_short(p.bytes_to_host),
+                                format_bytes_short(p.bytes_to_device)));
+    }
+    line("step time", fmt::format("{} predicted (compute {}, stall {}, recompute {})",
+                                  ms(p.step_time_us), ms(p.compute_us), ms(p.stall_us),
+                                  ms(p.recompute_us)));
+    line("", fmt::format("{:.2f}x no-swap ({}), {:.2f}x the lower bound ({})",
+                         p.step_time_us / plan.no_swap_step_time_us, ms(plan.no_swap_step_time_us),
+                         p.step_time_us / plan.bound_us, ms(plan.bound_us)));
+    for (const Prediction& b : plan.baselines)
+      line("baseline", b.fits ? fmt::format("{:<14} {} ({:.2f}x autovm)", b.policy,
+                                            ms(b.step_time_us), b.step_time_us / p.step_time_us)
+                              : fmt::format("{:<14} does not fit (resident peak {})", b.policy,
+                                            format_bytes_short(b.resident_peak_bytes)));
+  }
   if (plan.training.looks_like_inference_export) line("note", plan.training.inference_hint);
   return out;
 }

@@ -75,6 +75,9 @@ std::string plan_to_json(const Plan& plan) {
   w.key("optimizer").value(training::name(o.optimizer));
   w.key("conv_workspace_limit_bytes").value(o.conv_workspace_limit);
   w.key("alignment_bytes").value(o.alignment);
+  w.key("device").value(plan.device);
+  w.key("mechanism").value(plan.mechanism);
+  w.key("recompute").value(o.allow_recompute);
   w.end_object();
   w.newline();
 
@@ -114,6 +117,13 @@ std::string plan_to_json(const Plan& plan) {
     else w.value(s.workspace);
     w.key("flops").value(s.flops);
     w.key("bytes_touched").value(s.bytes_touched);
+    auto at = [](const std::vector<double>& v, StepIndex i) { return size_t(i) < v.size() ? v[size_t(i)] : 0.0; };
+    if (!plan.compute_us.empty()) {
+      w.key("compute_us").value(at(plan.compute_us, s.id));
+      w.key("start_us").value(at(plan.start_us, s.id));
+      w.key("end_us").value(at(plan.end_us, s.id));
+      w.key("stall_us").value(at(plan.stall_us, s.id));
+    }
     w.end_object();
   }
   w.end_array();
@@ -138,11 +148,12 @@ std::string plan_to_json(const Plan& plan) {
   for (const Action& a : plan.actions) {
     w.newline();
     w.begin_object();
-    w.key("step").value(a.step);
-    w.key("when").value(a.when == ActionWhen::before ? "before" : "after");
     w.key("kind").value(name(a.kind));
     w.key("tensor").value(a.tensor);
     w.key("bytes").value(a.bytes);
+    w.key("after_step").value(a.after_step);
+    w.key("ready_before_step").value(a.ready_before_step);
+    if (a.kind == ActionKind::recompute) w.key("source_step").value(a.source_step);
     if (!a.mechanism.empty()) w.key("mechanism").value(a.mechanism);
     if (!a.advice.empty()) w.key("advice").value(a.advice);
     w.key("issue_us").value(a.issue_us);
@@ -174,9 +185,39 @@ std::string plan_to_json(const Plan& plan) {
   w.newline();
   w.key("arena_bytes").value(plan.arena.size);
   w.key("arena_fragmentation_bytes").value(plan.arena.size - tl.peak_bytes);
-  w.key("fits_budget").value(tl.peak_bytes <= o.budget_bytes);
+  w.key("fits_budget").value(plan.prediction.fits);
   w.key("over_budget_bytes").value(tl.peak_bytes > o.budget_bytes ? tl.peak_bytes - o.budget_bytes : int64_t(0));
   w.newline();
+  auto write_prediction = [&](const Prediction& p) {
+    w.begin_object();
+    w.key("policy").value(p.policy);
+    w.key("fits").value(p.fits);
+    w.key("step_time_us").value(p.step_time_us);
+    w.key("compute_us").value(p.compute_us);
+    w.key("stall_us").value(p.stall_us);
+    w.key("recompute_us").value(p.recompute_us);
+    w.key("bytes_to_host").value(p.bytes_to_host);
+    w.key("bytes_to_device").value(p.bytes_to_device);
+    w.key("resident_peak_bytes").value(p.resident_peak_bytes);
+  };
+  if (!plan.compute_us.empty()) {
+    w.key("prediction");
+    write_prediction(plan.prediction);
+    w.key("no_swap_step_time_us").value(plan.no_swap_step_time_us);
+    w.key("bound_us").value(plan.bound_us);
+    w.key("bound_critical_step").value(plan.bound_critical_step);
+    w.key("bound_must_move_bytes").value(plan.bound_must_move_bytes);
+    w.end_object();
+    w.newline();
+    w.key("baselines").begin_array();
+    for (const Prediction& b : plan.baselines) {
+      w.newline();
+      write_prediction(b);
+      w.end_object();
+    }
+    w.end_array();
+    w.newline();
+  }
   w.key("timeline").begin_object();
   w.key("kinds").begin_array();
   for (int k = 0; k < kTensorKindCount; ++k) w.value(name(static_cast<TensorKind>(k)));

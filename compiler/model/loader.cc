@@ -75,7 +75,7 @@ namespace {
   throw Error(ErrorKind::invalid_model, message);
 }
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 std::string shape_str(const Shape& s) {
   std::string out = "[";
@@ -179,7 +179,7 @@ std::string read_external(const onnx::TensorProto& t, int64_t bytes, const std::
   bool escapes = location.empty() || rel.is_absolute() || location.find('\0') != std::string::npos;
   for (const auto& part : rel) escapes = escapes || part == "..";
   if (escapes) {
-    invalid(what + " has external data location " + quoted(location) +
+    invalid(what + " has external data location " + quote(location) +
             "; it must be a relative path inside the model's folder");
   }
   int64_t offset = parse_offset(external_entry(t, "offset"), what);
@@ -191,7 +191,7 @@ std::string read_external(const onnx::TensorProto& t, int64_t bytes, const std::
   std::string file = (std::filesystem::path(base_dir) / rel).string();
   int fd = ::open(file.c_str(), O_RDONLY);
   if (fd < 0) {
-    invalid(what + " keeps its data in external file " + quoted(file) + ", which cannot be read: " +
+    invalid(what + " keeps its data in external file " + quote(file) + ", which cannot be read: " +
             std::strerror(errno) + "; keep the data file next to the model");
   }
   std::string data(size_t(bytes), '\0');
@@ -204,7 +204,7 @@ std::string read_external(const onnx::TensorProto& t, int64_t bytes, const std::
   ::close(fd);
   if (done != bytes) {
     invalid(what + " needs " + std::to_string(bytes) + " bytes at offset " +
-            std::to_string(std::max<int64_t>(offset, 0)) + " of external file " + quoted(file) +
+            std::to_string(std::max<int64_t>(offset, 0)) + " of external file " + quote(file) +
             ", which is too short");
   }
   return data;
@@ -272,7 +272,7 @@ bool has_data(const onnx::TensorProto& t, int64_t count) {
 
 // Declared dtype and shape of a graph input or output.
 void read_type(const onnx::ValueInfoProto& info, bool require_type, Value& v) {
-  const std::string what = "graph " + std::string(require_type ? "input " : "output ") + quoted(info.name());
+  const std::string what = "graph " + std::string(require_type ? "input " : "output ") + quote(info.name());
   if (!info.has_type()) {
     if (require_type) invalid(what + " has no type; AutoVM needs its element type and shape");
     return;
@@ -297,15 +297,15 @@ class Converter {
       : proto_(proto), g_(proto.graph()), name_(name), base_dir_(base_dir), options_(options) {}
 
   Model run() {
-    if (!proto_.has_graph()) invalid(quoted(name_) + " has no graph; it is not a usable ONNX model");
-    if (g_.node_size() == 0) invalid(quoted(name_) + " has a graph with no nodes");
+    if (!proto_.has_graph()) invalid(quote(name_) + " has no graph; it is not a usable ONNX model");
+    if (g_.node_size() == 0) invalid(quote(name_) + " has a graph with no nodes");
     read_header();
     add_inputs_and_initializers();
     std::vector<int> order = sort_nodes();
     for (int file_index : order) add_node(file_index);
     for (const auto& out : g_.output()) {
       int v = lookup(out.name());
-      if (v < 0) invalid("graph output " + quoted(out.name()) + " is not produced by any node, initializer or input");
+      if (v < 0) invalid("graph output " + quote(out.name()) + " is not produced by any node, initializer or input");
       read_type(out, false, m_.values[v]);
       m_.outputs.push_back(v);
     }
@@ -326,8 +326,8 @@ class Converter {
         found = true;
       }
     }
-    if (!found) invalid(quoted(name_) + " imports no opset for the default ONNX domain");
-    if (m_.opset < 1) invalid(quoted(name_) + " imports opset " + std::to_string(m_.opset) + " of the ONNX domain");
+    if (!found) invalid(quote(name_) + " imports no opset for the default ONNX domain");
+    if (m_.opset < 1) invalid(quote(name_) + " imports opset " + std::to_string(m_.opset) + " of the ONNX domain");
   }
 
   int lookup(const std::string& name) const {
@@ -339,14 +339,14 @@ class Converter {
     const Value& val = m_.values[v];
     if (val.source == ValueSource::graph_input) return "a graph input";
     if (val.source == ValueSource::initializer) return "an initializer";
-    return "an output of node " + quoted(m_.nodes[val.producer].name);
+    return "an output of node " + quote(m_.nodes[val.producer].name);
   }
 
   int add_value(const std::string& name, ValueSource source, const std::string& what) {
     if (name.empty()) invalid(what + " has no name");
     int v = int(m_.values.size());
     auto [it, inserted] = index_.emplace(name, v);
-    if (!inserted) invalid("value " + quoted(name) + " is defined twice: as " + describe(it->second) + " and as " + what);
+    if (!inserted) invalid("value " + quote(name) + " is defined twice: as " + describe(it->second) + " and as " + what);
     m_.values.push_back(Value{});
     m_.values.back().name = name;
     m_.values.back().source = source;
@@ -358,12 +358,12 @@ class Converter {
     for (const auto& t : g_.initializer()) initializer_names.insert(t.name());
     for (const auto& in : g_.input()) {
       if (initializer_names.count(in.name())) continue;  // keep_initializers_as_inputs exports
-      int v = add_value(in.name(), ValueSource::graph_input, "graph input " + quoted(in.name()));
+      int v = add_value(in.name(), ValueSource::graph_input, "graph input " + quote(in.name()));
       read_type(in, true, m_.values[v]);
       m_.inputs.push_back(v);
     }
     for (const auto& t : g_.initializer()) {
-      const std::string what = "initializer " + quoted(t.name());
+      const std::string what = "initializer " + quote(t.name());
       int v = add_value(t.name(), ValueSource::initializer, what);
       Value& val = m_.values[v];
       val.dtype = known_dtype(t.data_type(), what);
@@ -390,13 +390,13 @@ class Converter {
       for (const auto& out : g_.node(i).output()) {
         if (out.empty()) continue;
         if (lookup(out) >= 0) {
-          invalid("value " + quoted(out) + " is defined twice: as " + describe(lookup(out)) +
-                  " and as an output of node " + quoted(node_name(i)));
+          invalid("value " + quote(out) + " is defined twice: as " + describe(lookup(out)) +
+                  " and as an output of node " + quote(node_name(i)));
         }
         auto [it, inserted] = producer.emplace(out, i);
         if (!inserted) {
-          invalid("value " + quoted(out) + " is defined twice: as an output of node " +
-                  quoted(node_name(it->second)) + " and of node " + quoted(node_name(i)));
+          invalid("value " + quote(out) + " is defined twice: as an output of node " +
+                  quote(node_name(it->second)) + " and of node " + quote(node_name(i)));
         }
       }
     }
@@ -407,7 +407,7 @@ class Converter {
         if (in.empty() || lookup(in) >= 0) continue;
         auto it = producer.find(in);
         if (it == producer.end()) {
-          invalid("node " + quoted(node_name(i)) + " (" + g_.node(i).op_type() + ") uses " + quoted(in) +
+          invalid("node " + quote(node_name(i)) + " (" + g_.node(i).op_type() + ") uses " + quote(in) +
                   ", which no node, initializer or graph input defines");
         }
         consumers[it->second].push_back(i);
@@ -452,9 +452,9 @@ class Converter {
     }
     std::string cycle;
     for (size_t k = size_t(seen_at[cur]); k < path.size(); ++k) {
-      cycle += quoted(node_name(path[k])) + " (" + g_.node(path[k]).op_type() + ") <- ";
+      cycle += quote(node_name(path[k])) + " (" + g_.node(path[k]).op_type() + ") <- ";
     }
-    invalid("the graph has a cycle: " + cycle + quoted(node_name(cur)) +
+    invalid("the graph has a cycle: " + cycle + quote(node_name(cur)) +
             " (each node uses an output of the next); ONNX graphs must be acyclic");
   }
 
@@ -467,12 +467,12 @@ class Converter {
     const int self = int(m_.nodes.size());
     for (const auto& in : p.input()) node.inputs.push_back(in.empty() ? -1 : lookup(in));
     for (const auto& out : p.output()) {
-      int v = out.empty() ? -1 : add_value(out, ValueSource::node_output, "an output of node " + quoted(node.name));
+      int v = out.empty() ? -1 : add_value(out, ValueSource::node_output, "an output of node " + quote(node.name));
       if (v >= 0) m_.values[v].producer = self;
       node.outputs.push_back(v);
     }
     for (const auto& a : p.attribute()) {
-      node.attrs[a.name()] = convert_attribute(a, "attribute " + quoted(a.name()) + " of node " + quoted(node.name));
+      node.attrs[a.name()] = convert_attribute(a, "attribute " + quote(a.name()) + " of node " + quote(node.name));
     }
     if (node.op == "Constant") add_constant_tensor(node);
     m_.nodes.push_back(std::move(node));
@@ -541,12 +541,12 @@ class Converter {
 Model load_model_from_bytes(const void* data, size_t size, const std::string& name,
                             const std::string& base_dir, const LoadOptions& options) {
   if (size > size_t(INT_MAX)) {
-    invalid(quoted(name) + " is " + std::to_string(size) + " bytes; protobuf cannot parse ONNX files "
+    invalid(quote(name) + " is " + std::to_string(size) + " bytes; protobuf cannot parse ONNX files "
             "over 2 GB: save the weights as external data");
   }
   onnx::ModelProto proto;
   if (!proto.ParseFromArray(data, int(size))) {
-    invalid(quoted(name) + " is not an ONNX model or is truncated: protobuf parsing failed; "
+    invalid(quote(name) + " is not an ONNX model or is truncated: protobuf parsing failed; "
             "re-export it or check that the download completed");
   }
   Model m = Converter(proto, name, base_dir, options).run();
@@ -558,7 +558,7 @@ Model load_model_from_bytes(const void* data, size_t size, const std::string& na
 
 Model load_model(const std::string& path, const LoadOptions& options) {
   auto unreadable = [&](int err) {
-    return Error(ErrorKind::unreadable, "cannot read model " + quoted(path) + ": " + std::strerror(err) + "; check the path");
+    return Error(ErrorKind::unreadable, "cannot read model " + quote(path) + ": " + std::strerror(err) + "; check the path");
   };
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw unreadable(errno);

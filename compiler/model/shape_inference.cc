@@ -26,7 +26,7 @@ struct Failure {
 
 [[noreturn]] void fail(std::string message) { throw Failure{std::move(message)}; }
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 std::string str(const Shape& s) {
   std::string out = "[";
@@ -151,14 +151,14 @@ class Ctx {
   const ConstValue& need_value(size_t i, const std::string& what) const {
     const ConstValue* v = value(i);
     if (!v) {
-      fail("its " + what + " (input " + quoted(in(i).name) + ") is not known ahead of time; AutoVM "
+      fail("its " + what + " (input " + quote(in(i).name) + ") is not known ahead of time; AutoVM "
            "needs it to be a constant or computable from shapes");
     }
     return *v;
   }
   std::vector<int64_t> need_ints(size_t i, const std::string& what) const {
     const ConstValue& v = need_value(i, what);
-    if (is_floating(v.dtype)) fail("its " + what + " (input " + quoted(in(i).name) + ") must be integers");
+    if (is_floating(v.dtype)) fail("its " + what + " (input " + quote(in(i).name) + ") must be integers");
     return v.ints;
   }
 
@@ -408,7 +408,7 @@ Shape window_output(const Ctx& c, const Shape& x, const Shape& kernel, bool ceil
       if (ceil_mode && (padded - window) % s != 0 && mul(o, s) < add(in, before)) ++o;
       out.push_back(o);
     } else {
-      fail("auto_pad " + quoted(auto_pad) + " is not NOTSET, SAME_UPPER, SAME_LOWER or VALID");
+      fail("auto_pad " + quote(auto_pad) + " is not NOTSET, SAME_UPPER, SAME_LOWER or VALID");
     }
   }
   return out;
@@ -736,7 +736,7 @@ std::vector<SliceDim> slice_plan(const Ctx& c) {
   if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
     fail("starts " + str(starts) + ", ends " + str(ends) + ", axes " + str(axes) + " and steps " + str(steps) + " differ in length");
   }
-  std::vector<SliceDim> plan(size_t(rank));
+  std::vector<SliceDim> plan(static_cast<size_t>(rank));
   for (size_t j = 0; j < plan.size(); ++j) plan[j].len = x[j];
   std::vector<bool> seen(size_t(rank), false);
   for (size_t i = 0; i < starts.size(); ++i) {
@@ -888,7 +888,7 @@ void infer_pad(Ctx& c) {
     fail("pads " + str(pads) + " has " + num(int64_t(pads.size())) + " values; input " + str(x) + " needs " + num(2 * int64_t(axes.size())));
   }
   const std::string mode = c.node().attr_s("mode", "constant");
-  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") fail("unknown pad mode " + quoted(mode));
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") fail("unknown pad mode " + quote(mode));
   Shape out = x;
   for (size_t i = 0; i < axes.size(); ++i) {
     int64_t& d = out[axes[i]];
@@ -928,7 +928,9 @@ void infer_constant_of_shape(Ctx& c) {
     if (d < 0) fail("shape " + str(dims) + " has a negative dim");
   }
   const Attribute* value = c.node().attr("value");
-  if (value && element_count(value->tensor_shape) != 1) fail("its value attribute must hold one element");
+  if (value && (value->tensor_dtype == DType::undefined || element_count(value->tensor_shape) != 1)) {
+    fail("its value attribute must be a tensor of one element");
+  }
   c.set(0, value ? value->tensor_dtype : DType::f32, dims);
 }
 
@@ -970,7 +972,7 @@ int64_t range_length(const Ctx& c) {
   if (is_floating(s.dtype) || is_floating(l.dtype) || is_floating(d.dtype)) {
     const double step = get_f(d, 0), n = std::ceil((get_f(l, 0) - get_f(s, 0)) / step);
     if (step == 0 || !(n < double(kMaxElements))) fail("Range with delta " + std::to_string(step) + " has no finite length");
-    return std::max<int64_t>(int64_t(n), 0);
+    return n > 0 ? int64_t(n) : 0;
   }
   const __int128 diff = __int128(l.ints[0]) - s.ints[0], step = d.ints[0];
   if (step == 0) fail("Range delta is 0");
@@ -1052,20 +1054,20 @@ const Rule* find_rule(std::string_view op) {
 
 void set_input_shape(Value& v, int64_t batch) {
   if (!v.shape_declared) {
-    throw Error(ErrorKind::invalid_model, "graph input " + quoted(v.name) + " has no declared shape; AutoVM needs "
+    throw Error(ErrorKind::invalid_model, "graph input " + quote(v.name) + " has no declared shape; AutoVM needs "
                 "one (export with a sample input of the training shape)");
   }
   Shape s = v.declared_shape;
   if (!s.empty()) s[0] = batch;
   for (size_t j = 1; j < s.size(); ++j) {
     if (s[j] < 0) {
-      throw Error(ErrorKind::invalid_model, "graph input " + quoted(v.name) + " has shape " + str(v.declared_shape) +
+      throw Error(ErrorKind::invalid_model, "graph input " + quote(v.name) + " has shape " + str(v.declared_shape) +
                   ": dim " + num(int64_t(j)) + " has no fixed size; only the batch dim (0) may be symbolic, so "
                   "re-export with fixed sizes");
     }
   }
   if (checked_element_count(s) < 0) {
-    throw Error(ErrorKind::invalid_model, "graph input " + quoted(v.name) + " with batch " + num(batch) +
+    throw Error(ErrorKind::invalid_model, "graph input " + quote(v.name) + " with batch " + num(batch) +
                 " has shape " + str(s) + ", which is too large");
   }
   v.shape = std::move(s);
@@ -1074,14 +1076,14 @@ void set_input_shape(Value& v, int64_t batch) {
 
 void infer_node(Model& m, Node& n) {
   auto error = [&](ErrorKind kind, const std::string& message) {
-    return Error(kind, "node " + quoted(n.name) + " (" + n.op + "): " + message);
+    return Error(kind, "node " + quote(n.name) + " (" + n.op + "): " + message);
   };
   const Rule* rule = n.domain.empty() ? find_rule(n.op) : nullptr;
-  if (!rule) throw error(ErrorKind::unsupported, "AutoVM has no shape rule for this op" + (n.domain.empty() ? "" : " of domain " + quoted(n.domain)));
+  if (!rule) throw error(ErrorKind::unsupported, "AutoVM has no shape rule for this op" + (n.domain.empty() ? "" : " of domain " + quote(n.domain)));
   bool inputs_known = true;
   for (int v : n.inputs) {
     if (v < 0) continue;
-    if (!m.values[v].shape_known) throw error(ErrorKind::invalid_model, "input " + quoted(m.values[v].name) + " has no known shape");
+    if (!m.values[v].shape_known) throw error(ErrorKind::invalid_model, "input " + quote(m.values[v].name) + " has no known shape");
     inputs_known = inputs_known && m.values[v].value.has_value();
   }
   Ctx c(m, n);

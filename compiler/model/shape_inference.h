@@ -15,11 +15,15 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "model/model.h"
 
 namespace autovm::model {
 
 void infer_shapes(Model& model, int64_t batch);
+
+// Whether infer_shapes has a rule for `op` (of the default ONNX domain).
+bool has_shape_rule(std::string_view op);
 
 }  // namespace autovm::model

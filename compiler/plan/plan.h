@@ -26,6 +26,11 @@ struct ModelIdentity {
 };
 
 struct PlanOptions {
+  std::string device = "h200-pcie";  // profile name or file
+  std::string mechanism;             // "" : the profile's default
+  std::string step_times_file;       // measured step times overriding the cost model
+  bool allow_recompute = true;
+  bool minimum_budget = false;       // --budget min: plan for the smallest feasible budget
   int64_t budget_bytes = 0;
   int64_t batch = 0;  // 0: the model's own batch dimension when fixed, else 1
   training::Optimizer optimizer = training::Optimizer::sgd;
@@ -34,19 +39,33 @@ struct PlanOptions {
 };
 
 enum class ActionKind { prefetch, evict, discard, recompute, advise };
-enum class ActionWhen { before, after };
 
-// A memory operation the runtime issues around a step (swap planning fills these in).
+// A memory operation the runtime issues between steps; docs/execution-model.md says exactly
+// what each kind does to residency.
 struct Action {
-  StepIndex step = 0;
-  ActionWhen when = ActionWhen::before;
   ActionKind kind = ActionKind::prefetch;
   TensorId tensor = kNoTensor;
-  std::string mechanism;   // "prefetch", "staged", ... ("" for recompute and advise)
-  std::string advice;      // for advise: "read_mostly", "preferred_location_host", ...
   int64_t bytes = 0;
-  double issue_us = 0;     // predicted time the action is issued, from the step's start
-  double ready_us = 0;     // predicted time it completes
+  StepIndex after_step = -1;        // issued when this step finishes (-1: at the start)
+  StepIndex ready_before_step = 0;  // complete before this step starts (n: by the end)
+  StepIndex source_step = -1;       // recompute: the step that is run again
+  std::string mechanism;            // transfer mechanism of evict / prefetch ("" otherwise)
+  std::string advice;               // advise: "read_mostly", "preferred_location_host", ...
+  double issue_us = 0;              // predicted, from the start of the training step
+  double ready_us = 0;
+};
+
+// A policy's predicted step under the budget (autovm's plan, or a baseline).
+struct Prediction {
+  std::string policy;
+  bool fits = true;                 // its resident peak stays within the budget
+  double step_time_us = 0;
+  double compute_us = 0;
+  double stall_us = 0;
+  double recompute_us = 0;
+  int64_t bytes_to_host = 0;
+  int64_t bytes_to_device = 0;
+  int64_t resident_peak_bytes = 0;
 };
 
 struct Plan {
@@ -57,6 +76,20 @@ struct Plan {
   MemoryTimeline timeline;
   ArenaLayout arena;
   std::vector<Action> actions;
+
+  // Swap planning and prediction (filled when a device profile is used).
+  std::string device;
+  std::string mechanism;
+  std::vector<double> compute_us;      // by step, predicted or measured
+  std::vector<double> start_us;        // by step, under the plan
+  std::vector<double> end_us;
+  std::vector<double> stall_us;
+  Prediction prediction;               // autovm's plan
+  double no_swap_step_time_us = 0;
+  double bound_us = 0;
+  StepIndex bound_critical_step = -1;
+  int64_t bound_must_move_bytes = 0;
+  std::vector<Prediction> baselines;
 };
 
 }  // namespace autovm

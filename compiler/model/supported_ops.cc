@@ -1,0 +1,50 @@
+// The supported-op list and check_supported_ops (contracts in supported_ops.h and model.h).
+#include "model/supported_ops.h"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <string>
+
+#include "model/model.h"
+#include "util/error.h"
+
+namespace autovm::model {
+namespace {
+
+constexpr std::array<std::string_view, 45> kSupported = {
+    "Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Constant",
+    "ConstantOfShape", "Conv", "Div", "Dropout", "Equal", "Erf", "Expand", "Flatten", "Gather",
+    "Gemm", "GlobalAveragePool", "HardSigmoid", "HardSwish", "Identity", "LRN", "MatMul",
+    "MaxPool", "Mul", "Neg", "Not", "Pad", "Pow", "Range", "ReduceMean", "ReduceProd", "Relu",
+    "Reshape", "Shape", "Sigmoid", "Slice", "Softmax", "Split", "Sqrt", "Squeeze", "Sub",
+    "Transpose", "Unsqueeze", "Where",
+};
+static_assert(std::is_sorted(kSupported.begin(), kSupported.end()));
+
+}  // namespace
+
+std::span<const std::string_view> supported_op_names() { return kSupported; }
+
+bool is_supported_op(std::string_view op) {
+  return std::binary_search(kSupported.begin(), kSupported.end(), op);
+}
+
+void check_supported_ops(const Model& model) {
+  std::map<std::string, std::string> unsupported;  // op (with its domain if any) -> first node
+  for (const Node& n : model.nodes) {
+    if (n.domain.empty() && is_supported_op(n.op)) continue;
+    std::string op = n.domain.empty() ? n.op : n.domain + "." + n.op;
+    unsupported.emplace(op, n.name);
+  }
+  if (unsupported.empty()) return;
+  std::string message = "unsupported ops: ";
+  for (auto it = unsupported.begin(); it != unsupported.end(); ++it) {
+    message += (it == unsupported.begin() ? "" : ", ") + it->first + " (node '" + it->second + "')";
+  }
+  message += "; AutoVM supports: ";
+  for (size_t i = 0; i < kSupported.size(); ++i) message += (i ? ", " : "") + std::string(kSupported[i]);
+  throw Error(ErrorKind::unsupported, message);
+}
+
+}  // namespace autovm::model

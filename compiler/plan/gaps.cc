@@ -1,0 +1,110 @@
+#include "plan/gaps.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "util/error.h"
+#include "util/size.h"
+
+namespace autovm {
+
+bool cheap_to_recompute(const Step& s) {
+  if (s.phase != Phase::forward || s.outputs.size() != 1) return false;
+  if (s.op == "Conv" || s.op == "Gemm" || s.op == "MatMul" || s.op == "BatchNormalization" ||
+      s.op == "Dropout")
+    return false;
+  for (TensorId in : s.inputs)
+    if (in == s.outputs[0]) return false;
+  return true;
+}
+
+std::vector<int64_t> recomputable_bytes(const TrainingGraph& g, const std::vector<Lifetime>& life) {
+  std::vector<int64_t> delta(size_t(g.step_count()) + 1, 0);
+  for (const Gap& gp : find_gaps(g, life)) {
+    if (gp.wrap) continue;
+    const Step& producer = g.step(life[size_t(gp.tensor)].first);
+    if (producer.outputs.size() != 1 || producer.outputs[0] != gp.tensor ||
+        !cheap_to_recompute(producer))
+      continue;
+    delta[size_t(gp.after) + 1] += g.tensor(gp.tensor).bytes;
+    delta[size_t(gp.before)] -= g.tensor(gp.tensor).bytes;
+  }
+  std::vector<int64_t> out(size_t(g.step_count()));
+  int64_t run = 0;
+  for (size_t s = 0; s < out.size(); ++s) out[s] = run += delta[s];
+  return out;
+}
+
+std::vector<Gap> find_gaps(const TrainingGraph& g, const std::vector<Lifetime>& life) {
+  std::vector<Gap> gaps;
+  for (const Tensor& t : g.tensors) {
+    const Lifetime& l = life[static_cast<size_t>(t.id)];
+    if (t.bytes == 0 || l.uses.empty()) continue;
+    for (size_t k = 1; k < l.uses.size(); ++k)
+      if (l.uses[k] > l.uses[k - 1] + 1) gaps.push_back({t.id, l.uses[k - 1], l.uses[k], false});
+    if (l.persistent) {
+      StepIndex first = l.uses.front(), last = l.uses.back();
+      bool room = first > 0 || last < g.step_count() - 1;
+      if (room) gaps.push_back({t.id, last, first, true});
+    }
+  }
+  return gaps;
+}
+
+std::vector<int64_t> unavoidable_bytes(const TrainingGraph& g, const std::vector<Lifetime>& life) {
+  size_t n = static_cast<size_t>(g.step_count());
+  std::vector<int64_t> delta(n + 1, 0);
+  auto add = [&](StepIndex from, StepIndex to, int64_t bytes) {  // [from, to] inclusive
+    if (from > to) return;
+    delta[static_cast<size_t>(from)] += bytes;
+    delta[static_cast<size_t>(to) + 1] -= bytes;
+  };
+  for (const Tensor& t : g.tensors) {
+    const Lifetime& l = life[static_cast<size_t>(t.id)];
+    if (t.bytes == 0) continue;
+    if (l.uses.empty()) {
+      add(l.first, l.last, t.bytes);
+      continue;
+    }
+    for (StepIndex s : l.uses) add(s, s, t.bytes);
+    // Before its first use a non-persistent tensor cannot be off (nothing evicted it); a
+    // persistent one is covered there, and after its last use, by its wrap-around gap.
+    if (!l.persistent) add(l.first, l.uses.front() - 1, t.bytes);
+  }
+  std::vector<int64_t> out(n);
+  int64_t run = 0;
+  for (size_t s = 0; s < n; ++s) out[s] = run += delta[s];
+  return out;
+}
+
+void check_budget_feasible(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                           int64_t budget) {
+  std::vector<int64_t> need = unavoidable_bytes(g, life);
+  auto worst = std::max_element(need.begin(), need.end());
+  if (worst == need.end() || *worst <= budget) return;
+  auto s = static_cast<StepIndex>(worst - need.begin());
+  const Step& step = g.step(s);
+  std::vector<TensorId> used = step.inputs;
+  used.insert(used.end(), step.outputs.begin(), step.outputs.end());
+  if (step.workspace != kNoTensor) used.push_back(step.workspace);
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  std::sort(used.begin(), used.end(), [&](TensorId a, TensorId b) {
+    return g.tensor(a).bytes != g.tensor(b).bytes ? g.tensor(a).bytes > g.tensor(b).bytes : a < b;
+  });
+  std::string list;
+  for (size_t i = 0; i < used.size() && i < 6; ++i)
+    list += fmt::format("{}{} ({})", i ? ", " : "", g.tensor(used[i]).name,
+                        format_bytes_short(g.tensor(used[i]).bytes));
+  if (used.size() > 6) list += fmt::format(" and {} more", used.size() - 6);
+  throw Error(ErrorKind::infeasible,
+              fmt::format("the budget {} is too small: step {} ({} {}{}) needs {} resident at "
+                          "once: {}. The smallest budget that works is {} (--budget min finds "
+                          "it); or lower --batch",
+                          format_bytes(budget), s, name(step.phase), step.op,
+                          step.node.empty() ? "" : " " + step.node, format_bytes(*worst), list,
+                          format_bytes(*worst)));
+}
+
+}  // namespace autovm

@@ -1,0 +1,50 @@
+// Contract: where a tensor may be off the GPU, and what must stay resident whatever the plan.
+//
+// A gap of a tensor is a stretch between two consecutive uses a < b with at least one step in
+// between: the tensor may be off during steps [a+1, b-1]. A persistent tensor (parameter,
+// buffer, optimizer state) also has a wrap-around gap from its last use to its first use in the
+// next training step: off during [last+1, n-1] and [0, first-1].
+//
+//   Time:      a   a+1 ...  b-1  b
+//   resident   +---+              +---   (used at a and b)
+//   may be off     [..........]
+//
+// unavoidable_bytes(s) is what every plan keeps resident at step s: the tensors s uses (its
+// working set, workspace included) and the live tensors no gap covers at s (an input or label
+// before its first use). Its maximum is the smallest budget any plan can meet.
+#pragma once
+
+#include <vector>
+
+#include "analysis/lifetimes.h"
+
+namespace autovm {
+
+struct Gap {
+  TensorId tensor = kNoTensor;
+  StepIndex after = 0;   // the use before the gap (a)
+  StepIndex before = 0;  // the use after the gap (b); for a wrap gap, the first use
+  bool wrap = false;     // persistent tensor: from its last use round to its first
+  bool covers(StepIndex s) const { return wrap ? (s > after || s < before) : (after < s && s < before); }
+};
+
+// A forward step that can cheaply run again to regenerate its one output: not a convolution,
+// matrix product, batch norm (it updates running statistics) or dropout (random), and not in
+// place.
+bool cheap_to_recompute(const Step& step);
+
+// By step: bytes of live, unused tensors whose producer is cheap_to_recompute (an upper bound on
+// what recomputation could take off the GPU; the lower bound counts them as free).
+std::vector<int64_t> recomputable_bytes(const TrainingGraph& graph, const std::vector<Lifetime>& life);
+
+std::vector<Gap> find_gaps(const TrainingGraph& graph, const std::vector<Lifetime>& life);
+
+std::vector<int64_t> unavoidable_bytes(const TrainingGraph& graph,
+                                       const std::vector<Lifetime>& life);
+
+// Throws Error(infeasible) when some step's unavoidable bytes exceed the budget: names the step,
+// the tensors it needs (largest first) and the smallest budget that works.
+void check_budget_feasible(const TrainingGraph& graph, const std::vector<Lifetime>& life,
+                           int64_t budget_bytes);
+
+}  // namespace autovm
