@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Whole-process time of autovm-plan (issue: planning speed), as in BENCHMARKS.md.
+
+Times `autovm-plan MODEL --batch B -o /dev/null --quiet` end to end (process start to exit),
+the median of --repeat runs, for the shipped VGG-19 and ResNet-152 graphs and for synthetic
+chains of 1,000, 10,000 and 100,000 convolutions made by tools/gen_chain.py. Prints a markdown
+table and checks the targets: VGG-19 < 20 ms, ResNet-152 < 50 ms, chain time growing no faster
+than n log n, 100,000 convolutions < 2 s.
+
+usage: tools/bench/plan_speed.py [--plan build/compiler/driver/autovm-plan] [--repeat 11]
+"""
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def time_plan(plan, model, args, repeat):
+    cmd = [plan, model, "-o", "/dev/null", "--quiet"] + args
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--plan", default=os.path.join(ROOT, "build/compiler/driver/autovm-plan"))
+    ap.add_argument("--repeat", type=int, default=11)
+    a = ap.parse_args()
+    rows, ok = [], True
+    for name, model, target in [("VGG-19 batch 64", "models/vgg19.onnx", 0.020),
+                                ("ResNet-152 batch 64", "models/resnet152.onnx", 0.050)]:
+        t = time_plan(a.plan, os.path.join(ROOT, model), ["--batch", "64"], a.repeat)
+        rows.append((name, t, target))
+        ok &= t < target
+    chain_times = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (1000, 10000, 100000):
+            path = os.path.join(tmp, f"chain{n}.onnx")
+            subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools/gen_chain.py"), str(n), path],
+                           check=True, stdout=subprocess.DEVNULL)
+            t = time_plan(a.plan, path, ["--batch", "8"], max(3, a.repeat // 3))
+            chain_times[n] = t
+            rows.append((f"chain of {n} convolutions, batch 8", t, 2.0 if n == 100000 else None))
+    ok &= chain_times[100000] < 2.0
+    print("| model | whole-process time (median) | target |")
+    print("|---|---|---|")
+    for name, t, target in rows:
+        print(f"| {name} | {t * 1000:.1f} ms | {'< %d ms' % (target * 1000) if target else '-'} |")
+    print()
+    for small, big in ((1000, 10000), (10000, 100000)):
+        ratio = chain_times[big] / chain_times[small]
+        nlogn = (big * math.log(big)) / (small * math.log(small))
+        print(f"chain {small} -> {big}: time x{ratio:.2f}, n log n x{nlogn:.2f}")
+        ok &= ratio <= nlogn * 1.1
+    print("targets met" if ok else "TARGETS MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
