@@ -1,0 +1,114 @@
+// Seeded random CNNs (convolutions, batch norm, pooling, residual additions, a classifier)
+// planned end to end at 75 %, 50 % and 30 % of their peak and at the smallest feasible budget;
+// every plan is written as JSON and checked by autovm-inspect's verifier, which shares no code
+// with the planner. The verifier's path comes from $AUTOVM_INSPECT (set by meson).
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include "driver/pipeline.h"
+#include "emit/plan_json.h"
+#include "model_builder.h"
+#include "util/atomic_file.h"
+
+using namespace autovm;
+using autovm::test::ModelBuilder;
+using autovm::test::int_attr;
+using autovm::test::ints_attr;
+
+namespace {
+
+model::Model random_cnn(uint32_t seed) {
+  std::mt19937 rng(seed);
+  ModelBuilder b;
+  int64_t n = 2 + rng() % 6, c = 3, h = 8 << (rng() % 3);
+  b.input("x", {n, c, h, h});
+  std::string cur = "x";
+  int blocks = 3 + int(rng() % 10);
+  for (int k = 0; k < blocks; ++k) {
+    std::string id = std::to_string(k);
+    int64_t out = 4 << (rng() % 4);
+    std::string block_in = cur;
+    int64_t in_c = c;
+    b.param("w" + id, {out, c, 3, 3});
+    b.node("Conv", "conv" + id, {cur, "w" + id}, {{"conv" + id, {n, out, h, h}}},
+           {{"pads", ints_attr({1, 1, 1, 1})}, {"kernel_shape", ints_attr({3, 3})}});
+    cur = "conv" + id;
+    c = out;
+    if (rng() % 2) {
+      for (const char* p : {"scale", "bias", "mean", "var"}) b.param(std::string(p) + id, {c});
+      b.node("BatchNormalization", "bn" + id,
+             {cur, "scale" + id, "bias" + id, "mean" + id, "var" + id},
+             {{"bn" + id, {n, c, h, h}}, {"bn_mean" + id, {c}}, {"bn_var" + id, {c}}},
+             {{"training_mode", int_attr(1)}});
+      cur = "bn" + id;
+    }
+    if (in_c == c && block_in != "x" && rng() % 2) {
+      b.node("Add", "add" + id, {cur, block_in}, {{"add" + id, {n, c, h, h}}});
+      cur = "add" + id;
+    }
+    b.node("Relu", "relu" + id, {cur}, {{"relu" + id, {n, c, h, h}}});
+    cur = "relu" + id;
+    if (h >= 4 && rng() % 3 == 0) {
+      h /= 2;
+      b.node("MaxPool", "pool" + id, {cur}, {{"pool" + id, {n, c, h, h}}},
+             {{"kernel_shape", ints_attr({2, 2})}, {"strides", ints_attr({2, 2})}});
+      cur = "pool" + id;
+    }
+  }
+  b.node("GlobalAveragePool", "gap", {cur}, {{"gap", {n, c, 1, 1}}});
+  b.node("Flatten", "flatten", {"gap"}, {{"flat", {n, c}}});
+  b.param("fc_w", {10, c}).param("fc_b", {10});
+  b.node("Gemm", "fc", {"flat", "fc_w", "fc_b"}, {{"logits", {n, 10}}}, {{"transB", int_attr(1)}});
+  b.output("logits");
+  b.m.path = "random" + std::to_string(seed) + ".onnx";
+  return b.m;
+}
+
+}  // namespace
+
+TEST_CASE("random CNNs: every plan passes the independent verifier") {
+  const char* inspect = std::getenv("AUTOVM_INSPECT");
+  REQUIRE_MESSAGE(inspect != nullptr, "set AUTOVM_INSPECT to the autovm-inspect binary");
+  auto dir = std::filesystem::temp_directory_path() / ("autovm-random-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  int plans = 0, with_actions = 0;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    CAPTURE(seed);
+    model::Model m = random_cnn(seed);
+    PlanOptions o;
+    o.batch = m.values[0].shape[0];
+    o.budget_bytes = int64_t(1) << 60;
+    Plan base = make_plan(m, o, true);
+    int64_t peak = base.timeline.peak_bytes;
+    for (double fraction : {0.75, 0.5, 0.3, 0.0}) {
+      CAPTURE(fraction);
+      PlanOptions ob = o;
+      ob.budget_bytes = static_cast<int64_t>(double(peak) * fraction);
+      ob.minimum_budget = fraction == 0.0;
+      ob.allow_recompute = seed % 2 == 0;
+      Plan p;
+      try {
+        p = make_plan(m, ob, true);
+      } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::infeasible);  // a budget below what one step needs
+        continue;
+      }
+      CHECK(p.prediction.resident_peak_bytes <= p.options.budget_bytes);
+      CHECK(p.prediction.step_time_us >= p.bound_us * 0.999);
+      auto file = dir / ("plan" + std::to_string(seed) + "_" + std::to_string(int(fraction * 100)) + ".json");
+      write_file_atomically(file.string(), plan_to_json(p));
+      std::string cmd = std::string(inspect) + " verify " + file.string() + " > " + file.string() + ".log 2>&1";
+      int rc = std::system(cmd.c_str());
+      INFO("verifier log: " << file.string() << ".log");
+      CHECK(rc == 0);
+      ++plans;
+      with_actions += !p.actions.empty();
+    }
+  }
+  CHECK(plans >= 100);
+  CHECK(with_actions >= 80);
+  if (!doctest::getContextOptions()->abort_after) std::filesystem::remove_all(dir);
+}

@@ -1,0 +1,163 @@
+// The swap planner, the feasibility check and the lower bound on a five-step graph whose
+// expected plans are worked out by hand.
+#include <doctest/doctest.h>
+
+#include "analysis/lifetimes.h"
+#include "analysis/timeline.h"
+#include "plan/bound.h"
+#include "plan/gaps.h"
+#include "plan/swap_planner.h"
+#include "util/error.h"
+
+using namespace autovm;
+
+namespace {
+
+// a (100 B), b (100), c (100), d (50), e (50); all activations.
+//   step 0: a = A()        step 1: b = B(a)       step 2: c = C(b)
+//   step 3: d = D(c)       step 4: e = E(a, d)
+// Live bytes: 100, 200, 300, 250, 200. Only a has a gap: used at 1 and 4, off possible at 2-3.
+TrainingGraph five_steps(const char* producer_of_a) {
+  TrainingGraph g;
+  for (auto [name, bytes] : {std::pair{"a", 100}, {"b", 100}, {"c", 100}, {"d", 50}, {"e", 50}})
+    g.add_tensor(name, TensorKind::activation, DType::u8, {bytes});
+  auto step = [&](const char* op, std::vector<TensorId> in, std::vector<TensorId> out) {
+    Step s;
+    s.id = g.step_count();
+    s.op = op;
+    s.inputs = in;
+    s.outputs = out;
+    g.steps.push_back(s);
+  };
+  step(producer_of_a, {}, {0});
+  step("B", {0}, {1});
+  step("C", {1}, {2});
+  step("D", {2}, {3});
+  step("E", {0, 3}, {4});
+  return g;
+}
+
+Mechanism slow_link() {
+  Mechanism m;
+  m.name = "staged";
+  m.to_host = {0.001, 0};    // 1 byte per microsecond
+  m.to_device = {0.001, 0};
+  return m;
+}
+
+
+std::vector<Action> plan(const TrainingGraph& g, int64_t budget, bool recompute,
+                         std::vector<double> times = {10, 10, 10, 10, 10}) {
+  auto life = compute_lifetimes(g);
+  auto tl = compute_timeline(g, life);
+  SwapOptions o;
+  o.budget_bytes = budget;
+  o.allow_recompute = recompute;
+  return plan_swaps(g, life, tl.total, times, slow_link(), o);
+}
+
+}  // namespace
+
+TEST_CASE("budget 200: a is off over steps 2-3, the only over-budget steps") {
+  TrainingGraph g = five_steps("Conv");
+  auto actions = plan(g, 200, true);
+  REQUIRE(actions.size() == 2);
+  // Evict after its use at step 1, freed before step 2; back after step 3 for its use at 4.
+  CHECK(actions[0].kind == ActionKind::evict);
+  CHECK(actions[0].tensor == 0);
+  CHECK(actions[0].after_step == 1);
+  CHECK(actions[0].ready_before_step == 2);
+  CHECK(actions[0].mechanism == "staged");
+  CHECK(actions[1].kind == ActionKind::prefetch);
+  CHECK(actions[1].after_step == 3);
+  CHECK(actions[1].ready_before_step == 4);
+  CHECK(actions[1].bytes == 100);
+}
+
+TEST_CASE("budget 250: only step 2 is over; the prefetch may start right after it") {
+  TrainingGraph g = five_steps("Conv");
+  auto actions = plan(g, 250, true);
+  REQUIRE(actions.size() == 2);
+  CHECK(actions[0].ready_before_step == 2);
+  CHECK(actions[1].after_step == 2);  // resident again at step 3: 100 + 100 + 50 = 250
+}
+
+TEST_CASE("no swap when the peak fits") {
+  TrainingGraph g = five_steps("Conv");
+  CHECK(plan(g, 300, true).empty());
+}
+
+TEST_CASE("a cheap producer is recomputed instead of moved when the link is slower") {
+  TrainingGraph g = five_steps("Relu");  // step 0 takes 10 us; moving 100 B takes 200 us
+  auto actions = plan(g, 200, true);
+  REQUIRE(actions.size() == 2);
+  CHECK(actions[0].kind == ActionKind::discard);
+  CHECK(actions[0].after_step == 1);
+  CHECK(actions[0].ready_before_step == 2);
+  CHECK(actions[1].kind == ActionKind::recompute);
+  CHECK(actions[1].source_step == 0);
+  CHECK(actions[1].after_step == 3);
+  CHECK(actions[1].ready_before_step == 4);
+  SUBCASE("but not when recomputing costs more than the link") {
+    auto moved = plan(g, 200, true, {500, 10, 10, 10, 10});
+    REQUIRE(moved.size() == 2);
+    CHECK(moved[0].kind == ActionKind::evict);
+  }
+  SUBCASE("nor with --no-recompute") {
+    auto moved = plan(g, 200, false);
+    CHECK(moved[0].kind == ActionKind::evict);
+  }
+}
+
+TEST_CASE("an infeasible budget names the step, its tensors and the smallest budget") {
+  TrainingGraph g = five_steps("Conv");
+  auto life = compute_lifetimes(g);
+  // Unavoidable: step 2 uses b and c (200 B); nothing else is over that.
+  CHECK(unavoidable_bytes(g, life) == std::vector<int64_t>{100, 200, 200, 150, 200});
+  try {
+    plan(g, 150, true);
+    FAIL("expected an infeasible-budget error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::infeasible);
+    std::string m = e.what();
+    CHECK(m.find("step 1") != std::string::npos);  // the first step needing 200 B
+    CHECK(m.find("200 B") != std::string::npos);
+    CHECK(m.find("a (100 B)") != std::string::npos);
+  }
+}
+
+TEST_CASE("the lower bound, worked by hand") {
+  TrainingGraph g = five_steps("Conv");
+  auto life = compute_lifetimes(g);
+  auto tl = compute_timeline(g, life);
+  std::vector<double> c = {10, 10, 10, 10, 10};
+  // E(2) = 300 - 200 = 100 B: start(2) >= max(20, 100 us); end >= start + 10 + max(20, 100).
+  // E(3) = 50 B: max(30, 50) + 10 + max(10, 50) = 110. Bound: 210 us at step 2.
+  auto b = lower_bound(tl.total, std::vector<int64_t>(5, 0), c, 200, slow_link());
+  CHECK(b.bound_us == doctest::Approx(210));
+  CHECK(b.critical_step == 2);
+  CHECK(b.must_move_bytes == 100);
+  CHECK(b.compute_us == doctest::Approx(50));
+  // If a could be recomputed, nothing must cross the link: the bound is compute alone.
+  TrainingGraph r = five_steps("Relu");
+  auto rlife = compute_lifetimes(r);
+  auto rb = lower_bound(tl.total, recomputable_bytes(r, rlife), c, 200, slow_link());
+  CHECK(recomputable_bytes(r, rlife) == std::vector<int64_t>{0, 0, 100, 100, 0});
+  CHECK(rb.bound_us == doctest::Approx(50));  // E(2) = E(3) = 0: compute alone
+}
+
+TEST_CASE("gaps, including a persistent tensor's wrap-around gap") {
+  TrainingGraph g = five_steps("Conv");
+  g.add_tensor("w", TensorKind::parameter, DType::u8, {10});
+  g.steps[2].inputs.push_back(5);
+  auto gaps = find_gaps(g, compute_lifetimes(g));
+  REQUIRE(gaps.size() == 2);
+  CHECK(gaps[0].tensor == 0);
+  CHECK(gaps[0].after == 1);
+  CHECK(gaps[0].before == 4);
+  CHECK(gaps[1].tensor == 5);
+  CHECK(gaps[1].wrap);
+  CHECK(gaps[1].covers(0));
+  CHECK(gaps[1].covers(4));
+  CHECK_FALSE(gaps[1].covers(2));
+}
