@@ -380,11 +380,14 @@ def _print_result(r: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        description="Export torchvision classification CNNs to ONNX training graphs "
-                    "(TorchScript exporter, TrainingMode.TRAINING, no constant folding, "
-                    "symbolic batch). Weights are stripped unless asked otherwise.",
-        epilog="Example: /usr/bin/python3 tools/export_models.py --out models "
-               "--param-counts models/param_counts.json resnet18 resnet50",
+        description="Export torchvision classification CNNs to ONNX training graphs\n"
+                    "(TorchScript exporter, TrainingMode.TRAINING, no constant folding,\n"
+                    "symbolic batch 'batch'). Floating-point weights are stripped (dims and\n"
+                    "data_type kept) unless --keep-weights or --external-data is given.\n"
+                    "See the header of this script for the special cases (stochastic\n"
+                    "depth, googlenet/inception_v3).",
+        epilog="example:\n  /usr/bin/python3 tools/export_models.py --out models "
+               "--param-counts models/param_counts.json \\\n      resnet18 resnet50",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="*", metavar="MODEL",
                    help="torchvision model names (e.g. resnet50 vgg16)")
@@ -395,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=".", metavar="DIR",
                    help="output folder; files are DIR/<name>.onnx (default: .)")
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET,
-                   help=f"ONNX opset, 13..17 with torch 1.13 (default {DEFAULT_OPSET})")
+                   help=f"ONNX opset; torch 1.13 writes 7..17 (default {DEFAULT_OPSET}, "
+                        "which exports every model)")
     p.add_argument("--resolution", type=int, metavar="PIXELS",
                    help="input height and width (default: 299 for inception_v3, 224 otherwise)")
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH,
@@ -443,10 +447,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.monotonic() - t0:.1f} s in all", flush=True)
 
     if args.param_counts:
-        counts = {}
-        if os.path.exists(args.param_counts):  # merge: keep models exported earlier
-            with open(args.param_counts) as f:
-                counts = json.load(f)
+        counts = {}  # this run's models only: the file is rewritten, never merged
         for r in results:
             if "error" not in r:
                 counts[r["name"]] = {"parameter_bytes": r["parameter_bytes"],

@@ -95,7 +95,11 @@ void plan_under_budget(Plan& plan) {
 }  // namespace
 
 Plan make_plan(const std::string& model_path, const PlanOptions& options) {
-  model::Model m = model::load_model(model_path);
+  return make_plan(model::load_model(model_path), options);
+}
+
+Plan make_plan(model::Model m, const PlanOptions& options, bool shapes_known) {
+  const std::string& model_path = m.path;
   model::check_supported_ops(m);
   if (m.inputs.empty())
     throw Error(ErrorKind::invalid_model,
@@ -110,7 +114,7 @@ Plan make_plan(const std::string& model_path, const PlanOptions& options) {
                               input.name));
     batch = input.declared_shape[0];
   }
-  model::infer_shapes(m, batch);
+  if (!shapes_known) model::infer_shapes(m, batch);
 
   Plan plan;
   plan.options = options;

@@ -6,11 +6,16 @@
 
 #include <string>
 
+#include "model/model.h"
 #include "plan/plan.h"
 
 namespace autovm {
 
 // options.batch == 0 means "the model's own batch dimension"; Error(usage) if it is symbolic.
 Plan make_plan(const std::string& model_path, const PlanOptions& options);
+
+// The same from a model already loaded. Shapes are inferred here for the batch, unless
+// `shapes_known` (tests that build models by hand with every shape set).
+Plan make_plan(model::Model model, const PlanOptions& options, bool shapes_known = false);
 
 }  // namespace autovm

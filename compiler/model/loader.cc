@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <google/protobuf/arena.h>
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
@@ -75,7 +76,11 @@ namespace {
   throw Error(ErrorKind::invalid_model, message);
 }
 
-std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string quote(std::string_view s) {
+  std::string out = "'";
+  out.append(s).push_back('\'');
+  return out;
+}
 
 std::string shape_str(const Shape& s) {
   std::string out = "[";
@@ -300,8 +305,14 @@ class Converter {
     if (!proto_.has_graph()) invalid(quote(name_) + " has no graph; it is not a usable ONNX model");
     if (g_.node_size() == 0) invalid(quote(name_) + " has a graph with no nodes");
     read_header();
+    size_t value_count = size_t(g_.input_size() + g_.initializer_size());
+    for (const auto& n : g_.node()) value_count += size_t(n.output_size());
+    m_.values.reserve(value_count);
+    m_.nodes.reserve(size_t(g_.node_size()));
     add_inputs_and_initializers();
-    std::vector<int> order = sort_nodes();
+    add_node_outputs();
+    resolve_inputs();
+    const std::vector<int> order = sort_nodes();
     for (int file_index : order) add_node(file_index);
     for (const auto& out : g_.output()) {
       int v = lookup(out.name());
@@ -335,18 +346,26 @@ class Converter {
     return it == index_.end() ? -1 : it->second;
   }
 
+  std::string node_name(int file_index) const {
+    const auto& n = g_.node(file_index);
+    return n.name().empty() ? n.op_type() + "_" + std::to_string(file_index) : n.name();
+  }
+
+  // Until the nodes are sorted, a node output's `producer` is its node's index in the file.
   std::string describe(int v) const {
     const Value& val = m_.values[v];
     if (val.source == ValueSource::graph_input) return "a graph input";
     if (val.source == ValueSource::initializer) return "an initializer";
-    return "an output of node " + quote(m_.nodes[val.producer].name);
+    return "an output of node " + quote(node_name(val.producer));
   }
 
-  int add_value(const std::string& name, ValueSource source, const std::string& what) {
-    if (name.empty()) invalid(what + " has no name");
+  // `what()` describes the new value for error messages (built only on error).
+  template <typename What>
+  int add_value(const std::string& name, ValueSource source, What what) {
+    if (name.empty()) invalid(what() + " has no name");
     int v = int(m_.values.size());
     auto [it, inserted] = index_.emplace(name, v);
-    if (!inserted) invalid("value " + quote(name) + " is defined twice: as " + describe(it->second) + " and as " + what);
+    if (!inserted) invalid("value " + quote(name) + " is defined twice: as " + describe(it->second) + " and as " + what());
     m_.values.push_back(Value{});
     m_.values.back().name = name;
     m_.values.back().source = source;
@@ -358,13 +377,13 @@ class Converter {
     for (const auto& t : g_.initializer()) initializer_names.insert(t.name());
     for (const auto& in : g_.input()) {
       if (initializer_names.count(in.name())) continue;  // keep_initializers_as_inputs exports
-      int v = add_value(in.name(), ValueSource::graph_input, "graph input " + quote(in.name()));
+      int v = add_value(in.name(), ValueSource::graph_input, [&] { return "graph input " + quote(in.name()); });
       read_type(in, true, m_.values[v]);
       m_.inputs.push_back(v);
     }
     for (const auto& t : g_.initializer()) {
       const std::string what = "initializer " + quote(t.name());
-      int v = add_value(t.name(), ValueSource::initializer, what);
+      int v = add_value(t.name(), ValueSource::initializer, [&] { return what; });
       Value& val = m_.values[v];
       val.dtype = known_dtype(t.data_type(), what);
       val.shape = tensor_dims(t, what);
@@ -377,41 +396,61 @@ class Converter {
     }
   }
 
-  std::string node_name(int file_index) const {
-    const auto& n = g_.node(file_index);
-    return n.name().empty() ? n.op_type() + "_" + std::to_string(file_index) : n.name();
+  // Node output values, in file order (the node order is not known yet).
+  void add_node_outputs() {
+    for (int i = 0; i < g_.node_size(); ++i) {
+      for (const auto& out : g_.node(i).output()) {
+        if (out.empty()) continue;
+        int v = add_value(out, ValueSource::node_output, [&] { return "an output of node " + quote(node_name(i)); });
+        m_.values[v].producer = i;
+      }
+    }
+  }
+
+  // Every node input as a value index (-1 when omitted), flattened: node i's inputs are
+  // inputs_[input_begin_[i] .. input_begin_[i + 1]).
+  void resolve_inputs() {
+    input_begin_.reserve(size_t(g_.node_size()) + 1);
+    for (int i = 0; i < g_.node_size(); ++i) {
+      input_begin_.push_back(inputs_.size());
+      for (const auto& in : g_.node(i).input()) {
+        int v = in.empty() ? -1 : lookup(in);
+        if (!in.empty() && v < 0) {
+          invalid("node " + quote(node_name(i)) + " (" + g_.node(i).op_type() + ") uses " + quote(in) +
+                  ", which no node, initializer or graph input defines");
+        }
+        inputs_.push_back(v);
+      }
+    }
+    input_begin_.push_back(inputs_.size());
+  }
+
+  // File index of the node producing value v, or -1 for inputs, initializers and omitted values.
+  int producer_file_index(int v) const {
+    return v >= 0 && m_.values[v].source == ValueSource::node_output ? m_.values[v].producer : -1;
   }
 
   // Kahn's algorithm; among ready nodes the earliest in the file goes first.
   std::vector<int> sort_nodes() {
     const int n = g_.node_size();
-    std::unordered_map<std::string_view, int> producer;  // value name -> file index of its node
+    std::vector<int> pending(n, 0);
+    std::vector<size_t> consumer_begin(size_t(n) + 1, 0);  // consumers of node p, flattened
     for (int i = 0; i < n; ++i) {
-      for (const auto& out : g_.node(i).output()) {
-        if (out.empty()) continue;
-        if (lookup(out) >= 0) {
-          invalid("value " + quote(out) + " is defined twice: as " + describe(lookup(out)) +
-                  " and as an output of node " + quote(node_name(i)));
-        }
-        auto [it, inserted] = producer.emplace(out, i);
-        if (!inserted) {
-          invalid("value " + quote(out) + " is defined twice: as an output of node " +
-                  quote(node_name(it->second)) + " and of node " + quote(node_name(i)));
+      for (size_t k = input_begin_[i]; k < input_begin_[i + 1]; ++k) {
+        int p = producer_file_index(inputs_[k]);
+        if (p >= 0) {
+          ++pending[i];
+          ++consumer_begin[size_t(p) + 1];
         }
       }
     }
-    std::vector<int> pending(n, 0);
-    std::vector<std::vector<int>> consumers(n);
+    for (int p = 0; p < n; ++p) consumer_begin[p + 1] += consumer_begin[p];
+    std::vector<int> consumers(consumer_begin[n]);
+    std::vector<size_t> fill(consumer_begin.begin(), consumer_begin.end() - 1);
     for (int i = 0; i < n; ++i) {
-      for (const auto& in : g_.node(i).input()) {
-        if (in.empty() || lookup(in) >= 0) continue;
-        auto it = producer.find(in);
-        if (it == producer.end()) {
-          invalid("node " + quote(node_name(i)) + " (" + g_.node(i).op_type() + ") uses " + quote(in) +
-                  ", which no node, initializer or graph input defines");
-        }
-        consumers[it->second].push_back(i);
-        ++pending[i];
+      for (size_t k = input_begin_[i]; k < input_begin_[i + 1]; ++k) {
+        int p = producer_file_index(inputs_[k]);
+        if (p >= 0) consumers[fill[p]++] = i;
       }
     }
     std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
@@ -424,17 +463,16 @@ class Converter {
       int i = ready.top();
       ready.pop();
       order.push_back(i);
-      for (int c : consumers[i]) {
-        if (--pending[c] == 0) ready.push(c);
+      for (size_t k = consumer_begin[i]; k < consumer_begin[i + 1]; ++k) {
+        if (--pending[consumers[k]] == 0) ready.push(consumers[k]);
       }
     }
-    if (int(order.size()) != n) report_cycle(pending, producer);
+    if (int(order.size()) != n) report_cycle(pending);
     return order;
   }
 
   // Every unsorted node waits on another unsorted node; walking those waits must revisit a node.
-  [[noreturn]] void report_cycle(const std::vector<int>& pending,
-                                 const std::unordered_map<std::string_view, int>& producer) {
+  [[noreturn]] void report_cycle(const std::vector<int>& pending) {
     int start = 0;
     while (pending[start] == 0) ++start;
     std::vector<int> seen_at(pending.size(), -1), path;
@@ -442,10 +480,10 @@ class Converter {
     while (seen_at[cur] < 0) {
       seen_at[cur] = int(path.size());
       path.push_back(cur);
-      for (const auto& in : g_.node(cur).input()) {
-        auto it = in.empty() ? producer.end() : producer.find(in);
-        if (it != producer.end() && pending[it->second] > 0) {
-          cur = it->second;
+      for (size_t k = input_begin_[cur]; k < input_begin_[cur + 1]; ++k) {
+        int p = producer_file_index(inputs_[k]);
+        if (p >= 0 && pending[p] > 0) {
+          cur = p;
           break;
         }
       }
@@ -460,25 +498,24 @@ class Converter {
 
   void add_node(int file_index) {
     const auto& p = g_.node(file_index);
-    Node node;
+    const int self = int(m_.nodes.size());
+    Node& node = m_.nodes.emplace_back();
     node.op = p.op_type();
     node.domain = p.domain() == "ai.onnx" ? "" : p.domain();
     node.name = node_name(file_index);
-    const int self = int(m_.nodes.size());
-    for (const auto& in : p.input()) node.inputs.push_back(in.empty() ? -1 : lookup(in));
+    node.inputs.assign(inputs_.begin() + input_begin_[file_index], inputs_.begin() + input_begin_[file_index + 1]);
     for (const auto& out : p.output()) {
-      int v = out.empty() ? -1 : add_value(out, ValueSource::node_output, "an output of node " + quote(node.name));
+      int v = out.empty() ? -1 : lookup(out);
       if (v >= 0) m_.values[v].producer = self;
       node.outputs.push_back(v);
     }
     for (const auto& a : p.attribute()) {
-      node.attrs[a.name()] = convert_attribute(a, "attribute " + quote(a.name()) + " of node " + quote(node.name));
+      node.attrs[a.name()] = convert_attribute(a, node.name);
     }
     if (node.op == "Constant") add_constant_tensor(node);
-    m_.nodes.push_back(std::move(node));
   }
 
-  Attribute convert_attribute(const onnx::AttributeProto& a, const std::string& what) {
+  Attribute convert_attribute(const onnx::AttributeProto& a, const std::string& node_name) {
     using A = onnx::AttributeProto;
     Attribute out;
     int type = a.type();
@@ -494,6 +531,7 @@ class Converter {
       case A::FLOATS: out.kind = Attribute::Kind::floats; out.floats.assign(a.floats().begin(), a.floats().end()); break;
       case A::TENSOR: {
         out.kind = Attribute::Kind::tensor;
+        const std::string what = "attribute " + quote(a.name()) + " of node " + quote(node_name);
         out.tensor_dtype = known_dtype(a.t().data_type(), what);
         out.tensor_shape = tensor_dims(a.t(), what);
         if (checked_element_count(out.tensor_shape) <= options_.max_const_elements) {
@@ -534,17 +572,24 @@ class Converter {
   const LoadOptions& options_;
   Model m_;
   std::unordered_map<std::string_view, int> index_;  // value name -> index into m_.values
+  std::vector<int> inputs_;           // see resolve_inputs()
+  std::vector<size_t> input_begin_;
 };
+
+void check_parsable_size(uint64_t size, const std::string& name) {
+  if (size > uint64_t(INT_MAX)) {
+    invalid(quote(name) + " is " + std::to_string(size) + " bytes; protobuf cannot parse ONNX files "
+            "over 2 GB: save the weights as external data");
+  }
+}
 
 }  // namespace
 
 Model load_model_from_bytes(const void* data, size_t size, const std::string& name,
                             const std::string& base_dir, const LoadOptions& options) {
-  if (size > size_t(INT_MAX)) {
-    invalid(quote(name) + " is " + std::to_string(size) + " bytes; protobuf cannot parse ONNX files "
-            "over 2 GB: save the weights as external data");
-  }
-  onnx::ModelProto proto;
+  check_parsable_size(size, name);
+  google::protobuf::Arena arena;  // one allocation pool for the parsed message: much faster
+  auto& proto = *google::protobuf::Arena::CreateMessage<onnx::ModelProto>(&arena);
   if (!proto.ParseFromArray(data, int(size))) {
     invalid(quote(name) + " is not an ONNX model or is truncated: protobuf parsing failed; "
             "re-export it or check that the download completed");
@@ -560,27 +605,23 @@ Model load_model(const std::string& path, const LoadOptions& options) {
   auto unreadable = [&](int err) {
     return Error(ErrorKind::unreadable, "cannot read model " + quote(path) + ": " + std::strerror(err) + "; check the path");
   };
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw unreadable(errno);
+  struct File {
+    int fd;
+    ~File() { if (fd >= 0) ::close(fd); }
+  } file{::open(path.c_str(), O_RDONLY)};
+  if (file.fd < 0) throw unreadable(errno);
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
-    int err = S_ISDIR(st.st_mode) ? EISDIR : errno;
-    ::close(fd);
-    throw unreadable(err);
-  }
+  if (::fstat(file.fd, &st) != 0) throw unreadable(errno);
+  if (S_ISDIR(st.st_mode)) throw unreadable(EISDIR);
+  check_parsable_size(uint64_t(st.st_size), path);
   std::string bytes(size_t(st.st_size), '\0');
   size_t done = 0;
   while (done < bytes.size()) {
-    ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    ssize_t n = ::read(file.fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      throw unreadable(err);
-    }
+    if (n <= 0) throw unreadable(n < 0 ? errno : EIO);
     done += size_t(n);
   }
-  ::close(fd);
   std::string dir = std::filesystem::path(path).parent_path().string();
   return load_model_from_bytes(bytes.data(), bytes.size(), path, dir.empty() ? "." : dir, options);
 }

@@ -26,11 +26,16 @@ struct Failure {
 
 [[noreturn]] void fail(std::string message) { throw Failure{std::move(message)}; }
 
-std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+std::string quote(std::string_view s) {
+  std::string out = "'";
+  out.append(s).push_back('\'');
+  return out;
+}
 
-std::string str(const Shape& s) {
+// "[1, 3, 224, 224]"; with `unknown`, negative dims (symbolic ones) print as "?".
+std::string str(const Shape& s, bool unknown = false) {
   std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + (s[i] < 0 ? "?" : std::to_string(s[i]));
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + (unknown && s[i] < 0 ? "?" : std::to_string(s[i]));
   return out + "]";
 }
 
@@ -989,7 +994,8 @@ bool eval_range(Ctx& c) {
   ConstValue out = c.blank(0);
   for (int64_t i = 0; i < out.shape[0]; ++i) {
     if (is_floating(out.dtype)) out.floats.push_back(get_f(s, 0) + double(i) * get_f(d, 0));
-    else out.ints.push_back(get_i(s, 0) + i * get_i(d, 0));  // stays between start and limit
+    // The result lies between start and limit, but i * delta alone may not fit: wrap through uint64.
+    else out.ints.push_back(int64_t(uint64_t(get_i(s, 0)) + uint64_t(i) * uint64_t(get_i(d, 0))));
   }
   c.set_value(0, std::move(out));
   return true;
@@ -1061,7 +1067,7 @@ void set_input_shape(Value& v, int64_t batch) {
   if (!s.empty()) s[0] = batch;
   for (size_t j = 1; j < s.size(); ++j) {
     if (s[j] < 0) {
-      throw Error(ErrorKind::invalid_model, "graph input " + quote(v.name) + " has shape " + str(v.declared_shape) +
+      throw Error(ErrorKind::invalid_model, "graph input " + quote(v.name) + " has shape " + str(v.declared_shape, true) +
                   ": dim " + num(int64_t(j)) + " has no fixed size; only the batch dim (0) may be symbolic, so "
                   "re-export with fixed sizes");
     }
@@ -1096,8 +1102,8 @@ void infer_node(Model& m, Node& n) {
       if (!out.shape_known) fail("has " + num(int64_t(n.outputs.size())) + " outputs, more than this op produces");
       small = small && element_count(out.shape) <= kMaxFoldElements;
     }
-    // Shape needs only its input's shape; every other op needs its inputs' values.
-    if (rule->eval && small && (n.op == "Shape" || (inputs_known && !n.inputs.empty()))) n.folded = rule->eval(c);
+    // Shape needs only its input's shape; every other op needs its inputs' values (Constant has none).
+    if (rule->eval && small && (n.op == "Shape" || inputs_known)) n.folded = rule->eval(c);
     if (n.op == "Constant") n.folded = true;
   } catch (const Failure& f) {
     throw error(ErrorKind::invalid_model, f.message);

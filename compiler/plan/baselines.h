@@ -3,13 +3,23 @@
 //   no_swap      no actions; fits only when the peak of live bytes fits the budget
 //   vdnn         vDNN-style: after its forward use, evict the input of every convolution that
 //                backward needs again; prefetch it one layer ahead (issued when the backward
-//                step before the previous convolution's gradient finishes)
-//   save_on_cpu  PyTorch's save_on_cpu-style: evict every activation that backward needs after
-//                its last forward use; fetch each when backward needs it (issued after the
-//                step just before its use: no look-ahead)
+//                step before the previous convolution's gradient finishes; for the first
+//                convolution gradient of backward, when the forward and loss are done)
+//   save_on_cpu  PyTorch's save_on_cpu-style: evict every activation (and the input batch)
+//                that backward needs after its last forward use; fetch each when backward
+//                needs it (issued after the step just before its use: no look-ahead)
 //   checkpoint   checkpointing: keep the activations at segment boundaries (sqrt(n) segments of
 //                the forward steps), discard the others after forward, and recompute each
-//                segment's forward steps before its first backward use
+//                segment's forward steps before its first backward use. A tensor is discarded
+//                only when its step can be rerun there: every input persistent, regenerated
+//                earlier in the same segment, or kept and still alive (execution-model.md has
+//                no way to bring back a tensor whose lifetime has ended, such as a convolution
+//                output that only its Relu read)
+// "Forward use" means a use before the first backward step (forward and loss phases). A tensor
+// is swapped or discarded only when at least one step lies between its last forward use and
+// its first backward use. Evictions are issued after the last forward use and ready before the
+// next step (the compute stream waits for them there); discards likewise. Actions come sorted
+// by after_step, then in the order generated (by tensor, in forward order).
 // Each returns the actions and the resident peak they reach (which may exceed the budget: the
 // policy then does not fit).
 #pragma once

@@ -2,9 +2,12 @@
 //
 // Roofline: time = max(flops / rate(dtype), bytes_touched / memory bandwidth) + step overhead,
 // with the rate of the step's widest floating-point dtype from the profile. Measured times from
-// a trainer's profile run replace the prediction step by step: load_step_times reads a JSON file
-// {"step_us": [t0, t1, ...]} (one per step) or {"by_node": {"<node>/<op>": us, ...}} and
-// overrides the matching steps.
+// a trainer's profile run replace the prediction step by step: apply_measured_step_times reads a
+// JSON file {"step_us": [t0, ...]} (one per step) or {"by_node": {"<node>/<op>": us, ...}} (exactly
+// one of the two) and overrides the matching steps. A by_node key sets every step with that
+// node and op (loss and optimizer steps have node "", so "/SGD" sets every SGD step); a key
+// that matches no step is an error. The widest dtype: f32 (or f64, at the f32 rate), else bf16,
+// else f16; a step with no floating-point tensor uses the f32 rate.
 #pragma once
 
 #include <string>

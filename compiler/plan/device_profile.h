@@ -54,7 +54,8 @@ std::string profile_dir();
 std::vector<std::string> shipped_profiles();
 // `name_or_path`: a shipped profile's name, or a path to a JSON file (contains '/' or ends in
 // .json). Throws Error(usage) for an unknown name (listing the shipped ones) and for a file
-// that is unreadable or does not match the schema (naming the field).
+// that is unreadable or does not match the schema (naming the field). Unknown fields are errors;
+// a shipped profile's "name" must be its file name.
 DeviceProfile load_device_profile(const std::string& name_or_path);
 DeviceProfile parse_device_profile(const std::string& json_text, const std::string& origin);
 

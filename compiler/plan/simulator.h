@@ -6,9 +6,15 @@
 // source step's time. Transfers run on a copy stream per direction (evict: to host; prefetch:
 // to device), each in issue order, starting no earlier than the end of their after_step
 // (after_step -1: time 0); when the mechanism is not duplex, both directions share one queue.
-// Discards run on their own queue and never delay compute. Times come from the profile's
-// mechanism (Transfer::time_us). Actions with ready_before_step == n must finish before the
-// step ends (the step time includes them).
+// Discards run on their own queue and delay nothing (not even the end of the step); advices
+// take no time. Transfer times come from `mechanism` (Transfer::time_us), for every transfer:
+// the actions' own mechanism names are not consulted. Transfers with ready_before_step == n
+// must finish before the training step ends (the step time includes them).
+// Recomputes due before the same step that name the same source step (its several outputs)
+// run it once. Times of one action: issue_us is when it is issued (the end of its after_step;
+// for a recompute, when it starts), ready_us when it completes.
+// Accounting: step_time_us == compute_us + stall_us, where stall_us is the sum of
+// stall_before_us plus the wait at the end for transfers due by then.
 #pragma once
 
 #include <string>
@@ -29,7 +35,8 @@ struct SimResult {
   std::vector<double> stall_before_us;  // by step
   int64_t bytes_to_host = 0;
   int64_t bytes_to_device = 0;
-  int late_actions = 0;           // actions the compute stream had to wait for
+  int late_actions = 0;           // transfers the compute stream (or the step's end) waited for
+  int faults = 0;                 // demand paging: tensors faulted in (0 under a plan)
   std::vector<double> issue_us;   // by action
   std::vector<double> ready_us;   // by action
 };
@@ -39,9 +46,16 @@ SimResult simulate(const TrainingGraph& graph, const std::vector<Action>& action
                    const DeviceProfile& device);
 
 // The driver's default with unified memory and no plan: at each step, tensors the step needs
-// that are not on the GPU fault in at demand-paging speed; to make room the driver evicts the
-// least recently used resident tensors at its eviction speed (both stall the step); dead
-// tensors are freed without copying. Returns the same statistics (no actions).
+// (inputs, outputs, workspace) that are not on the GPU fault in whole at demand-paging speed;
+// to make room the driver first evicts the least recently used resident tensors the step does
+// not need, at its eviction speed (both stall the step); dead tensors are freed without
+// copying. A non-persistent tensor appears on the GPU at its first use without a copy (it is
+// written there, or the trainer copies the batch in before the step). Persistent tensors start
+// on the host; the step is simulated twice and the second (steady-state) pass is reported, so
+// parameters start where the previous training step left them. A step whose own working set
+// exceeds the budget still runs (thrashing): its missing tensors fault in, then the least
+// recently used of them are evicted until the budget holds again, all charged to that step.
+// Returns the same statistics (no actions; late_actions 0; faults counts tensors faulted in).
 SimResult simulate_demand_paging(const TrainingGraph& graph, const std::vector<Lifetime>& life,
                                  const std::vector<double>& compute_us, int64_t budget_bytes,
                                  const DeviceProfile& device);

@@ -1,0 +1,97 @@
+// The roofline cost model and measured overrides (cost_model.h).
+#include "plan/cost_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace autovm {
+
+namespace {
+
+// The rate of the step's widest floating-point dtype among its inputs and outputs (f64 and
+// steps with no floating-point tensor use the f32 rate).
+double step_tflops(const TrainingGraph& g, const Step& s, const DeviceProfile& d) {
+  bool f32 = false, bf16 = false, f16 = false;
+  auto see = [&](TensorId t) {
+    DType dt = g.tensor(t).dtype;
+    f32 |= dt == DType::f32 || dt == DType::f64;
+    bf16 |= dt == DType::bf16;
+    f16 |= dt == DType::f16;
+  };
+  for (TensorId t : s.inputs) see(t);
+  for (TensorId t : s.outputs) see(t);
+  if (f32 || !(bf16 || f16)) return d.f32_tflops;
+  return bf16 ? d.bf16_tflops : d.f16_tflops;
+}
+
+[[noreturn]] void bad(const std::string& path, const std::string& what) {
+  throw Error(ErrorKind::usage, fmt::format("measured step times '{}': {}", path, what));
+}
+
+double time_value(const std::string& path, const std::string& where, const nlohmann::json& v) {
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
+    bad(path, fmt::format("{} must be a non-negative number of microseconds, not {}", where, v.dump()));
+  return v.get<double>();
+}
+
+}  // namespace
+
+std::vector<double> predict_step_times(const TrainingGraph& graph, const DeviceProfile& device) {
+  std::vector<double> times;
+  times.reserve(graph.steps.size());
+  for (const Step& s : graph.steps) {
+    double compute = s.flops / (step_tflops(graph, s, device) * 1e6);  // TFLOP/s -> flop per us
+    double memory = static_cast<double>(s.bytes_touched) / (device.memory_bandwidth_gbps * 1e3);
+    times.push_back(std::max(compute, memory) + device.step_overhead_us);
+  }
+  return times;
+}
+
+void apply_measured_step_times(const std::string& path, const TrainingGraph& graph,
+                               std::vector<double>& times) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) bad(path, "cannot be read; check the path");
+  std::ostringstream text;
+  text << in.rdbuf();
+  nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) bad(path, "is not valid JSON");
+  if (!doc.is_object() || doc.contains("step_us") == doc.contains("by_node"))
+    bad(path, "must be an object with exactly one of \"step_us\" (a list, one time per step) or "
+              "\"by_node\" (an object {\"<node>/<op>\": us})");
+  times.resize(graph.steps.size(), 0.0);
+
+  if (doc.contains("step_us")) {
+    const auto& list = doc["step_us"];
+    if (!list.is_array()) bad(path, "\"step_us\" must be a list of numbers");
+    if (list.size() != graph.steps.size())
+      bad(path, fmt::format("\"step_us\" has {} times but the training step has {} steps",
+                            list.size(), graph.steps.size()));
+    for (size_t i = 0; i < list.size(); ++i)
+      times[i] = time_value(path, fmt::format("step_us[{}]", i), list[i]);
+    return;
+  }
+
+  const auto& by_node = doc["by_node"];
+  if (!by_node.is_object()) bad(path, "\"by_node\" must be an object {\"<node>/<op>\": us}");
+  std::map<std::string, std::vector<size_t>> steps_of;  // every step with that key
+  for (const Step& s : graph.steps) steps_of[s.node + "/" + s.op].push_back(static_cast<size_t>(s.id));
+  for (const auto& [key, value] : by_node.items()) {
+    auto it = steps_of.find(key);
+    if (it == steps_of.end())
+      bad(path, fmt::format("\"by_node\" key '{}' matches no step of the training step "
+                            "(keys are '<node>/<op>', e.g. '{}')",
+                            key, graph.steps.empty() ? "" : graph.steps[0].node + "/" + graph.steps[0].op));
+    double us = time_value(path, fmt::format("by_node['{}']", key), value);
+    for (size_t i : it->second) times[i] = us;
+  }
+}
+
+}  // namespace autovm

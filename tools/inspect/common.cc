@@ -1,0 +1,104 @@
+#include "common.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+namespace inspect {
+
+std::string format_bytes(int64_t bytes) {
+  if (bytes < 0) return fmt::format("-{}", format_bytes(-bytes));
+  if (bytes < 1000) return fmt::format("{} B", bytes);
+  const char* units[] = {"KB", "MB", "GB", "TB", "PB", "EB"};
+  double b = static_cast<double>(bytes);
+  int u = -1;
+  while (b >= 999.5 && u < 5) {
+    b /= 1000;
+    ++u;
+  }
+  return fmt::format("{:.{}f} {}", b, b < 9.995 ? 2 : (b < 99.95 ? 1 : 0), units[u]);
+}
+
+std::string format_us(double us) {
+  double a = std::fabs(us);
+  if (a < 1000) return fmt::format("{:.0f} us", us);
+  if (a < 1e6) return fmt::format("{:.{}f} ms", us / 1e3, a < 1e4 ? 2 : 1);
+  return fmt::format("{:.2f} s", us / 1e6);
+}
+
+int64_t parse_size(std::string_view text) {
+  auto fail = [&](const char* why) -> int64_t {
+    throw Failure(Exit::usage, fmt::format("cannot read size '{}': {}; write a number with an "
+                                           "optional unit, e.g. 8GB, 7.5GiB or 1000000",
+                                           text, why));
+  };
+  size_t i = 0;
+  bool digit = false, dot = false;
+  for (; i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'); ++i) {
+    if (text[i] == '.') {
+      if (dot) return fail("more than one decimal point");
+      dot = true;
+    } else {
+      digit = true;
+    }
+  }
+  if (!digit) return fail("no number");
+  std::string unit;
+  for (char c : text.substr(i))
+    if (c != ' ') unit += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double multiplier = 0;
+  if (unit.empty() || unit == "b") multiplier = 1;
+  else if (unit == "kb") multiplier = 1e3;
+  else if (unit == "mb") multiplier = 1e6;
+  else if (unit == "gb") multiplier = 1e9;
+  else if (unit == "tb") multiplier = 1e12;
+  else if (unit == "kib") multiplier = 1024.0;
+  else if (unit == "mib") multiplier = 1024.0 * 1024;
+  else if (unit == "gib") multiplier = 1024.0 * 1024 * 1024;
+  else if (unit == "tib") multiplier = 1024.0 * 1024 * 1024 * 1024;
+  else return fail("unknown unit (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)");
+  double value = std::stod(std::string(text.substr(0, i))) * multiplier;
+  if (value >= 9.2e18) return fail("too large");
+  return static_cast<int64_t>(std::llround(value));
+}
+
+void write_file_atomically(const std::string& path, std::string_view content) {
+  auto fail = [&](const char* what) {
+    throw Failure(Exit::output, fmt::format("cannot write '{}': {}: {}; check that the folder "
+                                            "exists and is writable",
+                                            path, what, std::strerror(errno)));
+  };
+  std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot create a temporary file beside it");
+  auto abandon = [&](const char* what) {
+    int saved = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    errno = saved;
+    fail(what);
+  };
+  size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      abandon("write failed");
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) abandon("flush failed");
+  if (::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    int saved = errno;
+    ::unlink(tmp.c_str());
+    errno = saved;
+    fail("rename failed");
+  }
+}
+
+}  // namespace inspect
