@@ -57,13 +57,31 @@ void plan_under_budget(Plan& plan) {
     plan.options.budget_bytes = max_of(unavoidable_bytes(g, plan.lifetimes));
   int64_t budget = plan.options.budget_bytes;
   bool swaps = plan.timeline.peak_bytes > budget;
+  SimResult sim;
   if (swaps) {
+    // Two strategies, judged by the simulator: moving tensors (with single-step recomputation),
+    // and the same on top of segment recomputation (checkpointing), which wins where the link
+    // is slow against the compute.
     SwapOptions so;
     so.budget_bytes = budget;
     so.allow_recompute = plan.options.allow_recompute;
-    plan.actions = plan_swaps(g, plan.lifetimes, plan.timeline.total, plan.compute_us, mech, so);
+    std::vector<std::vector<Action>> candidates;
+    candidates.push_back(plan_swaps(g, plan.lifetimes, plan.compute_us, mech, so));
+    if (plan.options.allow_recompute)
+      candidates.push_back(plan_swaps(g, plan.lifetimes, plan.compute_us, mech, so,
+                                      baseline_checkpoint(g, plan.lifetimes).actions));
+    double best = 0;
+    for (auto& c : candidates) {
+      SimResult r = simulate(g, c, plan.compute_us, mech, device);
+      if (plan.actions.empty() || r.step_time_us < best) {
+        best = r.step_time_us;
+        plan.actions = std::move(c);
+        sim = std::move(r);
+      }
+    }
+  } else {
+    sim = simulate(g, plan.actions, plan.compute_us, mech, device);
   }
-  SimResult sim = simulate(g, plan.actions, plan.compute_us, mech, device);
   for (size_t i = 0; i < plan.actions.size(); ++i) {
     plan.actions[i].issue_us = sim.issue_us[i];
     plan.actions[i].ready_us = sim.ready_us[i];
@@ -74,8 +92,8 @@ void plan_under_budget(Plan& plan) {
   plan.prediction = predict("autovm", sim, max_of(resident_bytes(g, plan.lifetimes, plan.actions)), budget);
   SimResult resident = simulate(g, {}, plan.compute_us, mech, device);
   plan.no_swap_step_time_us = resident.step_time_us;
-  StepTimeBound bound = lower_bound(plan.timeline.total, recomputable_bytes(g, plan.lifetimes),
-                                    plan.compute_us, budget, mech);
+  StepTimeBound bound = lower_bound(g, plan.lifetimes, plan.timeline.total, plan.compute_us,
+                                    budget, mech);
   plan.bound_us = bound.bound_us;
   plan.bound_critical_step = bound.critical_step;
   plan.bound_must_move_bytes = bound.must_move_bytes;

@@ -2,7 +2,7 @@
 //
 // load_model() parses an ONNX file with ONNX's generated protobuf classes, validates what the
 // planner relies on (graph present, every input of a node defined before use or sortable into
-// topological order, known data types, positive dims) and converts it to `Model`. It never
+// topological order, known data types, non-negative dims) and converts it to `Model`. It never
 // runs ONNX's checker (Debian's ONNX 1.12 rejects IR > 8 and opset > 17) and never copies
 // floating-point weight bytes: it keeps each initializer's dtype and dims, and the values of
 // small integer tensors only (shape arithmetic needs them), reading external data files for

@@ -1095,15 +1095,18 @@ void infer_node(Model& m, Node& n) {
   Ctx c(m, n);
   try {
     rule->infer(c);
-    bool small = true;
-    for (size_t k = 0; k < n.outputs.size(); ++k) {
-      if (n.outputs[k] < 0) continue;
-      const Value& out = m.values[n.outputs[k]];
-      if (!out.shape_known) fail("has " + num(int64_t(n.outputs.size())) + " outputs, more than this op produces");
-      small = small && element_count(out.shape) <= kMaxFoldElements;
+    // Evaluate only when every output is present (an omitted one has no shape to fill) and small.
+    bool evaluable = !n.outputs.empty();
+    for (int v : n.outputs) {
+      if (v < 0) {
+        evaluable = false;
+        continue;
+      }
+      if (!m.values[v].shape_known) fail("has " + num(int64_t(n.outputs.size())) + " outputs, more than this op produces");
+      evaluable = evaluable && element_count(m.values[v].shape) <= kMaxFoldElements;
     }
     // Shape needs only its input's shape; every other op needs its inputs' values (Constant has none).
-    if (rule->eval && small && (n.op == "Shape" || inputs_known)) n.folded = rule->eval(c);
+    if (rule->eval && evaluable && (n.op == "Shape" || inputs_known)) n.folded = rule->eval(c);
     if (n.op == "Constant") n.folded = true;
   } catch (const Failure& f) {
     throw error(ErrorKind::invalid_model, f.message);

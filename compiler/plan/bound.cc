@@ -1,30 +1,142 @@
 #include "plan/bound.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
 
 namespace autovm {
+namespace {
 
-StepTimeBound lower_bound(const std::vector<int64_t>& live, const std::vector<int64_t>& recomputable,
-                          const std::vector<double>& compute_us, int64_t budget,
-                          const Mechanism& mech) {
-  StepTimeBound b;
-  for (double c : compute_us) b.compute_us += c;
-  b.bound_us = b.compute_us;
-  double before = 0;
-  for (size_t s = 0; s < live.size() && s < compute_us.size(); ++s) {
-    int64_t e = live[s] - budget - (s < recomputable.size() ? recomputable[s] : 0);
-    double after = b.compute_us - before - compute_us[s];
-    if (e > 0) {
-      double out = static_cast<double>(e) / (mech.to_host.bandwidth_gbps * 1e3);
-      double in = static_cast<double>(e) / (mech.to_device.bandwidth_gbps * 1e3);
-      double t = std::max(before, out) + compute_us[s] + std::max(after, in);
-      if (t > b.bound_us) {
-        b.bound_us = t;
-        b.critical_step = static_cast<StepIndex>(s);
-        b.must_move_bytes = e;
-      }
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Chains of steps that regenerate each tensor off-able at step s (see bound.h).
+class RecomputeCost {
+ public:
+  RecomputeCost(const TrainingGraph& g, const std::vector<Lifetime>& life, StepIndex s,
+                const std::vector<double>& compute_us)
+      : g_(g), life_(life), s_(s) {
+    std::vector<TensorId> off_able;
+    for (const Tensor& t : g.tensors) {
+      const Lifetime& l = life[size_t(t.id)];
+      if (t.bytes == 0 || l.first > s || l.last < s) continue;
+      if (std::binary_search(l.uses.begin(), l.uses.end(), s)) continue;
+      off_able.push_back(t.id);
     }
-    before += compute_us[s];
+    std::map<StepIndex, int> users;  // step -> how many off-able tensors' chains hold it
+    std::vector<std::vector<StepIndex>> chains(off_able.size());
+    for (size_t i = 0; i < off_able.size(); ++i) {
+      if (!chain(off_able[i], chains[i])) {
+        chains[i].clear();
+        items_.push_back({kInf, g.tensor(off_able[i]).bytes});
+        continue;
+      }
+      for (StepIndex q : chains[i]) users[q]++;
+      items_.push_back({0, g.tensor(off_able[i]).bytes});
+    }
+    for (size_t i = 0; i < off_able.size(); ++i)
+      for (StepIndex q : chains[i]) items_[i].cost += compute_us[size_t(q)] / users[q];
+    std::sort(items_.begin(), items_.end(), [](const Item& a, const Item& b) {
+      return a.cost * double(b.bytes) < b.cost * double(a.bytes);
+    });
+  }
+
+  // Bytes that some chain can regenerate.
+  double capacity() const {
+    double sum = 0;
+    for (const Item& it : items_)
+      if (!std::isinf(it.cost)) sum += double(it.bytes);
+    return sum;
+  }
+
+  // Least compute that regenerates `bytes` bytes (fractional), kInf if it cannot.
+  double operator()(double bytes) const {
+    double time = 0;
+    for (const Item& it : items_) {
+      if (bytes <= 0) break;
+      if (std::isinf(it.cost)) return kInf;
+      double take = std::min(bytes, double(it.bytes));
+      time += it.cost * take / double(it.bytes);
+      bytes -= take;
+    }
+    return bytes > 0 ? kInf : time;
+  }
+
+ private:
+  struct Item {
+    double cost;
+    int64_t bytes;
+  };
+
+  // Steps that must run again to regenerate t after s: its producer and, for each input dead
+  // by s, that input's chain. False when t has no producer that can run again.
+  bool chain(TensorId t, std::vector<StepIndex>& steps) const {
+    const Lifetime& l = life_[size_t(t)];
+    const Tensor& tensor = g_.tensor(t);
+    if (l.persistent || tensor.kind == TensorKind::input || tensor.kind == TensorKind::label)
+      return false;
+    const Step& p = g_.step(l.first);
+    if (p.phase != Phase::forward || p.op == "Dropout") return false;
+    if (std::find(steps.begin(), steps.end(), p.id) != steps.end()) return true;
+    steps.push_back(p.id);
+    for (TensorId in : p.inputs) {
+      const Lifetime& li = life_[size_t(in)];
+      if (li.persistent || li.last >= s_) continue;  // still there after s
+      if (steps.size() > 64 || !chain(in, steps)) return false;
+    }
+    return true;
+  }
+
+  const TrainingGraph& g_;
+  const std::vector<Lifetime>& life_;
+  StepIndex s_;
+  std::vector<Item> items_;
+};
+
+}  // namespace
+
+StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                          const std::vector<int64_t>& live, const std::vector<double>& compute_us,
+                          int64_t budget, const Mechanism& mech) {
+  StepTimeBound b;
+  size_t n = std::min(live.size(), compute_us.size());
+  std::vector<double> before(n + 1, 0);
+  for (size_t s = 0; s < n; ++s) before[s + 1] = before[s] + compute_us[s];
+  b.compute_us = before[n];
+  b.bound_us = b.compute_us;
+
+  std::vector<size_t> over;
+  for (size_t s = 0; s < n; ++s)
+    if (live[s] > budget) over.push_back(s);
+  std::sort(over.begin(), over.end(), [&](size_t x, size_t y) {
+    return live[x] != live[y] ? live[x] > live[y] : x < y;
+  });
+  if (over.size() > 16) over.resize(16);
+
+  for (size_t s : over) {
+    double e = double(live[s] - budget);
+    if (e <= 0) continue;
+    double c_before = before[s], c_after = before[n] - before[s + 1];
+    RecomputeCost rc(g, life, StepIndex(s), compute_us);
+    auto time = [&](double moved) {
+      double start = std::max(c_before, moved / (mech.to_host.bandwidth_gbps * 1e3));
+      return start + compute_us[s] +
+             std::max(c_after + rc(e - moved), moved / (mech.to_device.bandwidth_gbps * 1e3));
+    };
+    // At least e - capacity bytes must be moved; on the rest time() is finite and convex.
+    double lo = std::max(0.0, e - rc.capacity()), hi = e;
+    for (int i = 0; i < 200; ++i) {
+      double m1 = lo + (hi - lo) / 3, m2 = hi - (hi - lo) / 3;
+      if (time(m1) <= time(m2)) hi = m2;
+      else lo = m1;
+    }
+    double t = std::min(time(lo), time(hi));
+    if (t > b.bound_us) {
+      b.bound_us = t;
+      b.critical_step = StepIndex(s);
+      b.must_move_bytes = int64_t(e);
+    }
   }
   return b;
 }

@@ -27,6 +27,12 @@ std::vector<int64_t> recomputable_bytes(const TrainingGraph& g, const std::vecto
     if (producer.outputs.size() != 1 || producer.outputs[0] != gp.tensor ||
         !cheap_to_recompute(producer))
       continue;
+    // Its producer can only run again where every input is still alive.
+    bool inputs_alive = std::all_of(producer.inputs.begin(), producer.inputs.end(), [&](TensorId in) {
+      const Lifetime& l = life[size_t(in)];
+      return l.first <= gp.before && gp.before <= l.last;
+    });
+    if (!inputs_alive) continue;
     delta[size_t(gp.after) + 1] += g.tensor(gp.tensor).bytes;
     delta[size_t(gp.before)] -= g.tensor(gp.tensor).bytes;
   }

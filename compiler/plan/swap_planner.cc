@@ -38,16 +38,24 @@ Timing nominal_timing(const std::vector<double>& compute_us) {
 class Selector {
  public:
   Selector(const TrainingGraph& g, const std::vector<Lifetime>& life,
-           const std::vector<int64_t>& live, const std::vector<double>& compute_us,
-           const Mechanism& mech, const SwapOptions& o)
+           const std::vector<double>& compute_us, const Mechanism& mech, const SwapOptions& o,
+           const std::vector<Action>& base)
       : g_(g), life_(life), compute_(compute_us), mech_(mech), opts_(o),
         n_(g.step_count()), timing_(nominal_timing(compute_us)) {
-    excess_.resize(live.size());
-    for (size_t s = 0; s < live.size(); ++s) excess_[s] = live[s] - o.budget_bytes;
-    gaps_ = find_gaps(g, life);
-    taken_.assign(gaps_.size(), false);
+    std::vector<int64_t> resident = resident_bytes(g, life, base);
+    excess_.resize(resident.size());
+    for (size_t s = 0; s < resident.size(); ++s) excess_[s] = resident[s] - o.budget_bytes;
     off_.resize(g.tensors.size());
     pinned_.resize(g.tensors.size());
+    std::vector<bool> in_base(g.tensors.size(), false);
+    for (const Action& a : base) {
+      in_base[size_t(a.tensor)] = true;
+      if (a.kind == ActionKind::recompute)
+        for (TensorId in : g.step(a.source_step).inputs) pinned_[size_t(in)].push_back(a.ready_before_step);
+    }
+    for (const Gap& gp : find_gaps(g, life))
+      if (!in_base[size_t(gp.tensor)]) gaps_.push_back(gp);
+    taken_.assign(gaps_.size(), false);
   }
 
   std::vector<Choice> run() {
@@ -230,10 +238,53 @@ std::vector<Action> to_actions(const TrainingGraph& g, const std::vector<Choice>
   return actions;
 }
 
+// A discard/recompute pair the budget does not need (the tensor fits over its whole off
+// interval) only costs compute: drop it, the costliest first.
+void drop_unneeded_recomputes(const TrainingGraph& g, int64_t budget,
+                              const std::vector<double>& compute_us, std::vector<int64_t>& resident,
+                              std::vector<Action>& actions) {
+  std::vector<std::pair<size_t, size_t>> pairs;  // (discard, recompute)
+  for (size_t r = 0; r < actions.size(); ++r) {
+    if (actions[r].kind != ActionKind::recompute) continue;
+    for (size_t d = 0; d < actions.size(); ++d)
+      if (actions[d].kind == ActionKind::discard && actions[d].tensor == actions[r].tensor &&
+          actions[d].after_step < actions[r].ready_before_step)
+        pairs.push_back({d, r});
+  }
+  std::sort(pairs.begin(), pairs.end(), [&](auto a, auto b) {
+    double ca = compute_us[size_t(actions[a.second].source_step)];
+    double cb = compute_us[size_t(actions[b.second].source_step)];
+    return ca != cb ? ca > cb : a.second < b.second;
+  });
+  std::vector<bool> drop(actions.size(), false);
+  for (auto [d, r] : pairs) {
+    // A recompute that regenerates inputs of another recompute must stay with it.
+    bool feeds_other = false;
+    for (auto [d2, r2] : pairs) {
+      if (r2 == r || drop[r2]) continue;
+      const auto& ins = g.step(actions[r2].source_step).inputs;
+      feeds_other |= std::find(ins.begin(), ins.end(), actions[r].tensor) != ins.end();
+    }
+    if (feeds_other) continue;
+    StepIndex lo = actions[d].after_step + 1, hi = actions[r].ready_before_step - 1;
+    int64_t bytes = actions[d].bytes;
+    bool fits = true;
+    for (StepIndex s = lo; s <= hi && fits; ++s) fits = resident[size_t(s)] + bytes <= budget;
+    if (!fits) continue;
+    for (StepIndex s = lo; s <= hi; ++s) resident[size_t(s)] += bytes;
+    drop[d] = drop[r] = true;
+  }
+  std::vector<Action> kept;
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (!drop[i]) kept.push_back(actions[i]);
+  actions.swap(kept);
+}
+
 // Pass 2: give transfers the most time the budget allows.
 void widen(const TrainingGraph& g, const std::vector<Lifetime>& life, int64_t budget,
-           std::vector<Action>& actions) {
+           const std::vector<double>& compute_us, std::vector<Action>& actions) {
   std::vector<int64_t> resident = resident_bytes(g, life, actions);
+  drop_unneeded_recomputes(g, budget, compute_us, resident, actions);
   // Pair each non-wrap evict with its prefetch (they were emitted next to each other).
   std::vector<size_t> order;
   for (size_t i = 0; i + 1 < actions.size(); ++i)
@@ -271,13 +322,13 @@ void widen(const TrainingGraph& g, const std::vector<Lifetime>& life, int64_t bu
 }  // namespace
 
 std::vector<Action> plan_swaps(const TrainingGraph& g, const std::vector<Lifetime>& life,
-                               const std::vector<int64_t>& live,
                                const std::vector<double>& compute_us, const Mechanism& mech,
-                               const SwapOptions& o) {
+                               const SwapOptions& o, std::vector<Action> base) {
   check_budget_feasible(g, life, o.budget_bytes);
-  Selector selector(g, life, live, compute_us, mech, o);
+  Selector selector(g, life, compute_us, mech, o, base);
   std::vector<Action> actions = to_actions(g, selector.run(), mech);
-  widen(g, life, o.budget_bytes, actions);
+  actions.insert(actions.begin(), base.begin(), base.end());
+  widen(g, life, o.budget_bytes, compute_us, actions);
   std::sort(actions.begin(), actions.end(), [](const Action& a, const Action& b) {
     if (a.after_step != b.after_step) return a.after_step < b.after_step;
     if (a.ready_before_step != b.ready_before_step) return a.ready_before_step < b.ready_before_step;

@@ -10,7 +10,8 @@
 //               matrix product, batch norm or dropout) with its inputs resident at the next use
 //               is recomputed instead of moved when that costs less time than the link would.
 //               The tensor is off only over the steps of the gap that were over the budget.
-//   2. widen    with the exact resident bytes, issue each prefetch as early and complete each
+//   2. widen    with the exact resident bytes, drop the base's recompute pairs the budget does
+//               not need (costliest first), then issue each prefetch as early and complete each
 //               eviction as late as the budget allows, so transfers get the most time; a pair
 //               that no longer takes the tensor off at any step is dropped.
 //   3. order    actions sorted by issue step, then deadline, then tensor: deterministic.
@@ -29,9 +30,12 @@ struct SwapOptions {
   bool allow_recompute = true;
 };
 
+// `base`: actions decided beforehand (e.g. a checkpointing policy's discards and recomputes).
+// The planner keeps them, leaves their tensors alone, keeps the inputs of their recomputes
+// resident where they run, and drops base discard/recompute pairs the budget turns out not to
+// need. Returns base and new actions together.
 std::vector<Action> plan_swaps(const TrainingGraph& graph, const std::vector<Lifetime>& life,
-                               const std::vector<int64_t>& live_bytes,
                                const std::vector<double>& compute_us, const Mechanism& mechanism,
-                               const SwapOptions& options);
+                               const SwapOptions& options, std::vector<Action> base = {});
 
 }  // namespace autovm
