@@ -54,7 +54,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -182,14 +181,10 @@ def _float_types():
 
 
 def strip_tensor(tensor) -> None:
-    """Drop a tensor's data but keep its name, dims and data_type."""
-    from onnx import TensorProto
-
+    """Drop a tensor's data but keep its name, dims and data_type (data_location DEFAULT)."""
     for field in ("raw_data", "float_data", "double_data", "int32_data", "int64_data",
-                  "uint64_data", "string_data", "external_data"):
+                  "uint64_data", "string_data", "external_data", "data_location"):
         tensor.ClearField(field)
-    tensor.data_location = TensorProto.DEFAULT
-    tensor.ClearField("data_location")
 
 
 def strip_weights(model_proto) -> int:

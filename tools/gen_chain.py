@@ -133,7 +133,7 @@ def build_chain_reference(n: int, channels: int = 16, size: int = 32, classes: i
 def serialize_chain(n: int, channels: int = 16, size: int = 32, classes: int = 10) -> bytes:
     """The serialized ModelProto, written field by field (the protobuf wire format).
 
-    Byte-identical to build_chain_reference(...).SerializeToString(), and ~20x faster:
+    Byte-identical to build_chain_reference(...).SerializeToString(), and several times faster:
     100,000 convolutions take well under two seconds.
     """
     import onnx

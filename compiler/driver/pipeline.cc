@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "analysis/arena.h"
 #include "analysis/lifetimes.h"
@@ -59,17 +60,32 @@ void plan_under_budget(Plan& plan) {
   bool swaps = plan.timeline.peak_bytes > budget;
   SimResult sim;
   if (swaps) {
-    // Two strategies, judged by the simulator: moving tensors (with single-step recomputation),
-    // and the same on top of segment recomputation (checkpointing), which wins where the link
-    // is slow against the compute.
+    // Strategies, judged by the simulator: moving tensors; moving with single-step
+    // recomputation; and that on top of segment recomputation (checkpointing), which wins where
+    // the link is slow against the compute. Ties keep the earlier one.
     SwapOptions so;
     so.budget_bytes = budget;
     so.allow_recompute = plan.options.allow_recompute;
     std::vector<std::vector<Action>> candidates;
-    candidates.push_back(plan_swaps(g, plan.lifetimes, plan.compute_us, mech, so));
-    if (plan.options.allow_recompute)
-      candidates.push_back(plan_swaps(g, plan.lifetimes, plan.compute_us, mech, so,
-                                      baseline_checkpoint(g, plan.lifetimes).actions));
+    std::optional<Error> failure;
+    auto attempt = [&](std::vector<Action> base, bool recompute) {
+      try {
+        SwapOptions with = so;
+        with.allow_recompute = recompute;
+        candidates.push_back(plan_swaps(g, plan.lifetimes, plan.compute_us, mech, with, std::move(base)));
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::infeasible) throw;
+        if (!failure) failure = e;
+      }
+    };
+    // Moving tensors alone always finds a plan for a feasible budget; recomputation pins inputs
+    // where it runs, which can leave a step with nothing left to move.
+    attempt({}, false);
+    if (plan.options.allow_recompute) {
+      attempt({}, true);
+      attempt(baseline_checkpoint(g, plan.lifetimes).actions, true);
+    }
+    if (candidates.empty()) throw *failure;
     double best = 0;
     for (auto& c : candidates) {
       SimResult r = simulate(g, c, plan.compute_us, mech, device);

@@ -6,6 +6,10 @@
 
 #include "plan/baselines.h"
 #include "plan/gaps.h"
+#include "util/error.h"
+#include "util/size.h"
+
+#include <fmt/format.h>
 
 namespace autovm {
 namespace {
@@ -58,23 +62,27 @@ class Selector {
     taken_.assign(gaps_.size(), false);
   }
 
-  std::vector<Choice> run() {
-    std::vector<Choice> chosen;
+  // False when some over-budget step has no gap left to relieve it (pinned inputs of
+  // recomputations can leave none): this strategy cannot meet the budget.
+  bool run(std::vector<Choice>& chosen) {
     for (;;) {
       auto worst = std::max_element(excess_.begin(), excess_.end());
       if (worst == excess_.end() || *worst <= 0) break;
       auto s = static_cast<StepIndex>(worst - excess_.begin());
       refresh_over();
       int best = pick(s);
-      // check_budget_feasible ran first, so some gap always covers an over-budget step.
-      assert(best >= 0);
-      if (best < 0) break;
-      Choice c = make_choice(static_cast<size_t>(best));
+      if (best < 0) {
+        stuck_step_ = s;
+        return false;
+      }
+      Choice c = make_choice(static_cast<size_t>(best), s);
       apply(c);
       chosen.push_back(c);
     }
-    return chosen;
+    return true;
   }
+
+  StepIndex stuck_step() const { return stuck_step_; }
 
  private:
   // Relief window of a gap: the over-budget steps it covers, as [lo, hi]. Uses next_over_ /
@@ -108,6 +116,8 @@ class Selector {
       if (li.first > gp.before || li.last < gp.before) return false;
       if (is_off(in, gp.before)) return false;
     }
+    for (StepIndex pin : pinned_[size_t(gp.tensor)])
+      if (gp.after < pin && pin < gp.before) return false;  // another recompute needs it there
     double link = mech_.to_host.time_us(g_.tensor(gp.tensor).bytes) +
                   mech_.to_device.time_us(g_.tensor(gp.tensor).bytes);
     return compute_[size_t(source)] < link;
@@ -121,10 +131,19 @@ class Selector {
     return false;
   }
 
-  bool pinned_in(TensorId t, StepIndex lo, StepIndex hi, bool wrap) const {
-    for (StepIndex s : pinned_[size_t(t)])
-      if (wrap ? (s >= lo || s <= hi) : (lo <= s && s <= hi)) return true;
-    return false;
+  // Narrows [lo, hi] around s so that it holds no step where a recomputation needs the
+  // tensor resident; false when s itself is such a step (or, for a wrap gap, any is inside).
+  bool avoid_pins(const Gap& gp, StepIndex s, StepIndex& lo, StepIndex& hi) const {
+    for (StepIndex p : pinned_[size_t(gp.tensor)]) {
+      if (gp.wrap) {
+        if (p >= lo || p <= hi) return false;
+        continue;
+      }
+      if (p == s) return false;
+      if (p < s && p >= lo) lo = p + 1;
+      if (p > s && p <= hi) hi = p - 1;
+    }
+    return true;
   }
 
   // Seconds of slack the gap's transfers have in the nominal timing (negative: a stall).
@@ -150,7 +169,7 @@ class Selector {
       if (taken_[i] || !gp.covers(s)) continue;
       StepIndex lo, hi, source;
       window(gp, lo, hi);
-      if (pinned_in(gp.tensor, lo, hi, gp.wrap)) continue;
+      if (!avoid_pins(gp, s, lo, hi)) continue;
       int64_t bytes = g_.tensor(gp.tensor).bytes;
       bool hidden = recomputable(gp, source) || slack(gp, lo, hi) >= 0;
       double sl = hidden ? 0 : slack(gp, lo, hi);
@@ -173,7 +192,7 @@ class Selector {
     return best;
   }
 
-  Choice make_choice(size_t i) {
+  Choice make_choice(size_t i, StepIndex s) {
     taken_[i] = true;
     Choice c;
     c.gap = gaps_[i];
@@ -186,6 +205,7 @@ class Selector {
       for (TensorId in : g_.step(source).inputs) pinned_[size_t(in)].push_back(c.gap.before);
     } else {
       window(c.gap, c.lo, c.hi);
+      avoid_pins(c.gap, s, c.lo, c.hi);
     }
     return c;
   }
@@ -215,6 +235,7 @@ class Selector {
   std::vector<std::vector<StepIndex>> pinned_;  // steps where a recompute needs the tensor
   std::vector<StepIndex> next_over_;  // first over-budget step >= s (n if none)
   std::vector<StepIndex> prev_over_;  // last over-budget step <= s (-1 if none)
+  StepIndex stuck_step_ = -1;
 };
 
 std::vector<Action> to_actions(const TrainingGraph& g, const std::vector<Choice>& chosen,
@@ -326,7 +347,13 @@ std::vector<Action> plan_swaps(const TrainingGraph& g, const std::vector<Lifetim
                                const SwapOptions& o, std::vector<Action> base) {
   check_budget_feasible(g, life, o.budget_bytes);
   Selector selector(g, life, compute_us, mech, o, base);
-  std::vector<Action> actions = to_actions(g, selector.run(), mech);
+  std::vector<Choice> chosen;
+  if (!selector.run(chosen))
+    throw Error(ErrorKind::infeasible,
+                fmt::format("no plan found for the budget {}: step {} stays over it with every "
+                            "tensor that could leave already off; raise --budget",
+                            format_bytes(o.budget_bytes), selector.stuck_step()));
+  std::vector<Action> actions = to_actions(g, chosen, mech);
   actions.insert(actions.begin(), base.begin(), base.end());
   widen(g, life, o.budget_bytes, compute_us, actions);
   std::sort(actions.begin(), actions.end(), [](const Action& a, const Action& b) {

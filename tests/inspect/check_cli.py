@@ -51,9 +51,9 @@ def contains(text, *parts):
 def case_summary():
     out = run("summary", plan("valid_predicted.json")).stdout
     contains(out, "tiny.onnx", "budget     5.63 KB (5632 B)", "6.14 KB without the plan",
-             "5.63 KB resident with it (step 1", "3.07 KB to host (2 evicts)",
-             "3.07 KB to device (2 prefetches)", "predicted step 73 us", "1.09x no swap (67 us)",
-             "1.07x the bound (68 us)", "h200-pcie", "demand_paging", "advise 1",
+             "5.63 KB resident with it (step 1", "4.10 KB to host (3 evicts)",
+             "4.10 KB to device (3 prefetches)", "predicted step 74 us", "1.10x no swap (67 us)",
+             "1.09x the bound (68 us)", "h200-pcie", "demand_paging", "advise 1",
              "largest tensors off the GPU (2 of 2", "[2, 2] evict/prefetch")
     # a (2 KB) is listed before w (1 KB).
     expect(out.index("activation       a") < out.index("parameter        w"), f"not by bytes:\n{out}")
@@ -137,7 +137,10 @@ def case_trace():
         steps = [e for e in lanes["compute"] if e["cat"] != "stall"]
         expect([(e["ts"], e["dur"]) for e in steps] == [(0, 10), (10, 20), (33, 10), (46, 17), (63, 10)], steps)
         expect(sum(e["cat"] == "stall" for e in lanes["compute"]) == 2, lanes["compute"])
-        expect({(e["name"], e["ts"]) for e in lanes["copy to host"]} == {("w", 10), ("a", 30)}, lanes)
+        expect([(e["name"], e["ts"]) for e in lanes["copy to host"]] == [("w", 10), ("a", 30), ("w", 73)], lanes)
+        # Both prefetches are issued at 43: the second waits for the first on the copy stream.
+        expect([(e["name"], e["ts"], e["dur"]) for e in lanes["copy to device"]] ==
+               [("w", 0, 0), ("a", 43, 3), ("w", 46, 2)], lanes)
 
         run("trace", plan("valid_recompute.json"), "-o", out)
         _, lanes, _ = load_trace(out)
@@ -158,8 +161,8 @@ def case_svg():
         expect(budget.tag == ns + "line" and budget.get("y1") == budget.get("y2"), "budget is not a level line")
         peak = by_id["peak-without-plan"]
         expect(float(peak.get("y1")) < float(budget.get("y1")), "peak without the plan is not above the budget")
-        expect(len(by_id["to-host"].findall(ns + "rect")) == 2, "expected two evict bars")
-        expect(len(by_id["to-device"].findall(ns + "rect")) == 2, "expected two prefetch bars")
+        expect(len(by_id["to-host"].findall(ns + "rect")) == 3, "expected three evict bars")
+        expect(len(by_id["to-device"].findall(ns + "rect")) == 3, "expected three prefetch bars")
         kinds = [p.find(ns + "title").text for p in by_id["resident"].findall(ns + "path")]
         expect(kinds == ["input", "parameter", "activation", "activation_grad", "workspace"], kinds)
         text = " ".join(t.text or "" for t in root.iter(ns + "text"))
@@ -174,7 +177,8 @@ def case_svg():
 def case_diff():
     out = run("diff", plan("valid.json"), plan("valid_predicted.json")).stdout
     contains(out, "model: same", 'device (absent) -> "h200-pcie"', "advise actions", "+1",
-             "actions changed on 1 tensor", "advise read_mostly -1->0, evict 0->2, prefetch 2->4",
+             "actions changed on 1 tensor",
+             "advise read_mostly -1->0, evict 0->2, evict 4->5, prefetch -1->0, prefetch 2->4",
              "residency changed on 1 tensor", "resident                 [2, 2]")
     out = run("diff", plan("valid.json"), plan("valid_recompute.json"), "--top", "5").stdout
     contains(out, "discard 1->2, recompute 0@3", "evict 1->2, prefetch 2->3",

@@ -623,6 +623,18 @@ TEST_CASE("static evaluation: arithmetic, Cast, Slice, Where, Expand, ReduceProd
   for (const auto& n : m.nodes) CHECK_MESSAGE(n.folded, n.name);
 }
 
+TEST_CASE("a node whose output is omitted is not evaluated (found by fuzzing)") {
+  OnnxBuilder b;
+  b.input("x", {-1, 3});
+  b.ints("v", {1, 2, 3});
+  b.node("Add", {"v", "v"}, {""}, "no_output");
+  b.node("Relu", {"x"}, {"y"});
+  b.output("y");
+  model::Model m = b.infer(2);
+  CHECK_FALSE(node_named(m, "no_output").folded);
+  CHECK(shape_of(m, "y") == Shape{2, 3});
+}
+
 TEST_CASE("Constant nodes are always folded, even when too large to keep values") {
   OnnxBuilder b;
   b.input("x", {-1, 300, 300});
@@ -692,6 +704,8 @@ TEST_CASE("performance: 1,000 and 100,000-conv chains load and infer quickly") {
   double large_warm = load_and_infer_seconds(large, {4, 8, 16, 16});
   MESSAGE("CPU seconds, load + infer: 1,000 convs " << small_cold << " cold, " << small_warm << " warm; 100,000 convs "
           << large_cold << " cold, " << large_warm << " warm");
-  CHECK(small_warm < 0.005);
-  CHECK(large_warm < 1.0);  // ~0.35 s measured; margin for slower machines
+  // Measured on an idle machine: ~2 ms and ~0.35 s. The bounds leave room for loaded CI machines
+  // and meson's MALLOC_PERTURB_, and still catch anything quadratic.
+  CHECK(small_warm < 0.02);
+  CHECK(large_warm < 2.0);
 }

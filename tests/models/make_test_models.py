@@ -369,9 +369,10 @@ def make_resnet18_dynamo_style(outdir: str) -> None:
     The Flatten is replaced by Shape -> Gather -> Unsqueeze -> Concat(-1) -> Reshape (int64
     initializers flatten0_idx0, flatten0_axes0, flatten0_neg1).  resnet18 has no ReduceMean/
     Squeeze/Unsqueeze/Split/Pad/Clip of its own (modernize_ops would convert them).
-    Input x [s0, 3, 224, 224], output linear [s0, 1000].  value_info present for every
-    intermediate tensor (from ONNX shape inference on the opset-17 original, batch dim 's0'),
-    as dynamo exports carry it.  Weights stripped.
+    Input x [s0, 3, 224, 224], output linear [s0, 1000].  value_info (108 entries) for every
+    intermediate tensor of the original graph (from ONNX 1.12 shape inference on the opset-17
+    original, batch dim renamed 's0'), as dynamo exports carry it; the four int64 values of
+    the new flatten chain have none.  Weights stripped.
 
     Expected: 73 nodes (69 of the original minus Flatten plus 5); BatchNormalization x20
     with training_mode=1 and 3 outputs.  Output shape at batch 4 = [4, 1000].
@@ -622,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", choices=sorted(MAKERS), metavar="NAME",
                     help="make only these (default: all)")
     ap.add_argument("--facts", action="store_true",
-                    help="print node and initializer counts of each model written")
+                    help="print IR, opsets, node and parameter counts of every model in OUTDIR")
     args = ap.parse_args(argv)
 
     os.makedirs(args.outdir, exist_ok=True)

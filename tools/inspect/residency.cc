@@ -111,11 +111,14 @@ void pair_actions(const Plan& p, TensorId t, const std::vector<int64_t>& actions
   };
   auto what = [&](int64_t i) { return describe(p.actions[static_cast<size_t>(i)], n); };
 
+  // A persistent tensor evicted after its last use stays on the host until the next training
+  // step, so it starts this one off the GPU (execution model, rule 4).
   bool kept_on_host = false;
   if (persistent(tensor.kind))
     for (int64_t i : actions) {
       const Action& a = p.actions[static_cast<size_t>(i)];
-      kept_on_host |= a.kind == ActionKind::evict && a.ready_before_step >= n;
+      if (a.kind == ActionKind::evict && !life.uses.empty() && a.after_step >= life.uses.back())
+        kept_on_host = true;
     }
   std::optional<OffInterval> open;  // the tensor is off the GPU since open->from
   if (kept_on_host) open = OffInterval{0, 0, -1, -1};

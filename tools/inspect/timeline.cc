@@ -40,16 +40,19 @@ int run_timeline(const Options& o) {
   Analysis a = analyze_checked(p);
   const Glyphs& g = o.ascii ? kAscii : kUnicode;
   const StepIndex n = p.step_count();
-  // Column c shows steps [first_step(c), first_step(c + 1)), at least one (wide when n < width).
+  // Column c shows steps [c * n / cols, (c + 1) * n / cols), at least one (several columns show
+  // one step when n < cols), and the most resident bytes among them.
   const StepIndex cols = o.width;
   const int rows = o.height;
-  auto first_step = [&](StepIndex c) { return c * n / cols; };
-  auto column_of = [&](StepIndex s) { return (s * cols + n - 1) / n; };
-
   std::vector<int64_t> value(static_cast<size_t>(cols), 0);
-  for (StepIndex c = 0; c < cols; ++c)
-    for (StepIndex s = first_step(c); s < std::max(first_step(c + 1), first_step(c) + 1); ++s)
+  std::vector<StepIndex> column_of(static_cast<size_t>(n));  // the leftmost column showing a step
+  for (StepIndex c = cols - 1; c >= 0; --c) {
+    StepIndex first = c * n / cols, end = std::max((c + 1) * n / cols, first + 1);
+    for (StepIndex s = first; s < end; ++s) {
       value[static_cast<size_t>(c)] = std::max(value[static_cast<size_t>(c)], a.resident_total[static_cast<size_t>(s)]);
+      column_of[static_cast<size_t>(s)] = c;
+    }
+  }
 
   int64_t top = std::max<int64_t>({a.resident_peak, p.peak_bytes, 1});
   if (p.budget_limited()) top = std::max(top, p.budget_bytes);
@@ -94,7 +97,7 @@ int run_timeline(const Options& o) {
   std::vector<std::pair<StepIndex, Phase>> starts;
   for (const Step& s : p.steps)
     if (s.id == 0 || s.phase != p.steps[static_cast<size_t>(s.id - 1)].phase)
-      starts.emplace_back(column_of(s.id), s.phase);
+      starts.emplace_back(column_of[static_cast<size_t>(s.id)], s.phase);
   std::string axis = fmt::format("{:>{}} {}", "0 B", kLabelWidth - 1, g.corner);
   std::string names(static_cast<size_t>(cols), ' ');
   for (StepIndex c = 0; c < cols; ++c) {

@@ -1,7 +1,9 @@
 // autovm-inspect trace: the plan as Chrome trace event JSON (Perfetto, chrome://tracing).
 //
 // pid 1; lanes (tid): 1 compute, 2 copy to device (prefetch), 3 copy to host (evict),
-// 4 recompute. "X" complete events; events that overlap in one lane go to extra lanes
+// 4 recompute. "X" complete events. A predicted transfer is drawn from when its copy stream
+// (one per direction, in issue order) is free to its ready_us. Events that still overlap in one
+// lane go to extra lanes
 // (tid lane*1000 + k, named "copy to host (2)"...) so every lane nests. A "C" counter track
 // "resident bytes" holds the bytes on the GPU by tensor kind at each step's start.
 //
@@ -24,7 +26,7 @@ using nlohmann::json;
 
 constexpr double kUnitUs = 100;    // an assumed step
 constexpr double kMinimumUs = 10;  // an assumed transfer due before the next step
-constexpr int kLaneCount = 4;
+constexpr int kCompute = 1, kToDevice = 2, kToHost = 3, kRecompute = 4, kLaneCount = 4;
 constexpr std::array<const char*, kLaneCount + 1> kLaneNames = {"", "compute", "copy to device",
                                                                   "copy to host", "recompute"};
 
@@ -32,18 +34,20 @@ constexpr std::array<const char*, kLaneCount + 1> kLaneNames = {"", "compute", "
 struct Clock {
   bool predicted = false;
   std::vector<double> start, end;
+  double total = 0;  // the end of the training step: its last step, or a transfer due by then
 
   explicit Clock(const Plan& p) : predicted(p.has_step_times()) {
     for (const Step& s : p.steps) {
       start.push_back(predicted ? *s.start_us : kUnitUs * static_cast<double>(s.id));
       end.push_back(predicted ? *s.end_us : kUnitUs * static_cast<double>(s.id + 1));
     }
+    total = end.back();
     if (predicted && p.prediction && p.prediction->step_time_us)
-      end.back() = std::max(end.back(), *p.prediction->step_time_us);
+      total = std::max(total, *p.prediction->step_time_us);
   }
   // The start of step s; s == n: the end of the training step.
   double edge(StepIndex s) const {
-    return s >= static_cast<StepIndex>(start.size()) ? end.back() : start[static_cast<size_t>(s)];
+    return s >= static_cast<StepIndex>(start.size()) ? total : start[static_cast<size_t>(s)];
   }
 };
 
@@ -80,15 +84,15 @@ int run_trace(const Options& o) {
     json args = {{"step", s.id}, {"node", s.node}, {"phase", name(s.phase)},
                  {"resident_bytes", a.resident_total[i]}};
     if (s.compute_us) args["compute_us"] = *s.compute_us;
-    slices.push_back({1, clock.start[i], clock.end[i],
+    slices.push_back({kCompute, clock.start[i], clock.end[i],
                       {{"name", s.op}, {"cat", name(s.phase)}, {"args", std::move(args)}}});
     if (clock.predicted && s.stall_us && *s.stall_us > 0)
-      slices.push_back({1, clock.start[i] - *s.stall_us, clock.start[i],
+      slices.push_back({kCompute, clock.start[i] - *s.stall_us, clock.start[i],
                         {{"name", "stall"}, {"cat", "stall"}, {"args", {{"before_step", s.id}}}}});
   }
   for (const Action& x : p.actions) {
-    int lane = x.kind == ActionKind::prefetch ? 2 : x.kind == ActionKind::evict ? 3
-             : x.kind == ActionKind::recompute ? 4 : 0;
+    int lane = x.kind == ActionKind::prefetch ? kToDevice : x.kind == ActionKind::evict ? kToHost
+             : x.kind == ActionKind::recompute ? kRecompute : 0;
     if (lane == 0) continue;
     const Tensor& t = p.tensors[static_cast<size_t>(x.tensor)];
     json args = {{"tensor", t.name}, {"kind", name(t.kind)}, {"bytes", x.bytes},
@@ -105,8 +109,19 @@ int run_trace(const Options& o) {
     return x.lane != y.lane ? x.lane < y.lane : x.begin < y.begin;
   });
   std::array<std::vector<double>, kLaneCount + 1> free_from;  // [lane][sub-lane]: busy until
+  std::array<double, kLaneCount + 1> stream_free{};           // [lane]: its copy stream is free
   json events = json::array();
   for (Slice& s : slices) {
+    if (clock.predicted && (s.lane == kToDevice || s.lane == kToHost)) {
+      // A copy stream runs its transfers in issue order: draw each from when the stream is free.
+      const auto lane = static_cast<size_t>(s.lane);
+      double start = std::max(s.begin, stream_free[lane]);
+      if (start <= s.end) {
+        s.event["args"]["queued_us"] = start - s.begin;
+        s.begin = start;
+      }
+      stream_free[lane] = std::max(stream_free[lane], s.end);
+    }
     std::vector<double>& subs = free_from[static_cast<size_t>(s.lane)];
     size_t k = 0;
     while (k < subs.size() && subs[k] > s.begin) ++k;
@@ -123,7 +138,9 @@ int run_trace(const Options& o) {
   }
 
   std::string timing = clock.predicted
-      ? "predicted: the plan's per-step start_us/end_us and the actions' issue_us/ready_us"
+      ? "predicted: the plan's per-step start_us/end_us and the actions' issue_us/ready_us; a "
+        "transfer is drawn from when its copy stream is free (args.queued_us after its issue) to "
+        "its ready_us"
       : fmt::format("assumed: the plan has no per-step start_us/end_us, so every step takes {:.0f} us, "
                     "a transfer spans the steps from after_step + 1 to ready_before_step - 1 (at least "
                     "{:.0f} us), a recomputation the last {:.0f} us before its step", kUnitUs, kMinimumUs,
@@ -156,9 +173,9 @@ int run_trace(const Options& o) {
     return json{{"ph", "C"}, {"pid", 1}, {"name", "resident bytes"}, {"ts", ts}, {"args", args}};
   };
   for (size_t s = 0; s < a.resident.size(); ++s) events.push_back(counter(clock.start[s], a.resident[s]));
-  events.push_back(counter(clock.end.back(), BytesByKind{}));
+  events.push_back(counter(clock.total, BytesByKind{}));
   if (p.budget_limited())
-    for (double ts : {clock.start.front(), clock.end.back()})
+    for (double ts : {clock.start.front(), clock.total})
       events.push_back({{"ph", "C"}, {"pid", 1}, {"name", "budget"}, {"ts", ts},
                         {"args", {{"bytes", p.budget_bytes}}}});
 

@@ -96,20 +96,17 @@ class Verifier {
 
   void check_tensors() {
     for (const Tensor& t : p_.tensors) {
-      int64_t elements = 1;
-      bool negative = false;
-      for (int64_t d : t.shape) {
-        negative |= d < 0;
-        elements *= d;
-      }
-      if (negative)
-        add(0, -1, t.id, fmt::format("shape [{}] has a negative dimension", join(t.shape, ", ")));
-      else if (t.bytes != elements * t.element_bytes)
+      int64_t bytes = t.element_bytes;
+      bool valid_shape = true;
+      for (int64_t d : t.shape) valid_shape &= d >= 0 && !__builtin_mul_overflow(bytes, d, &bytes);
+      if (!valid_shape)
+        add(0, -1, t.id, fmt::format("shape [{}] has a negative or huge dimension", join(t.shape, ", ")));
+      else if (t.bytes != bytes)
         add(0, -1, t.id, fmt::format("bytes is {}, but shape [{}] of {} makes {}", t.bytes,
-                                     join(t.shape, ", "), t.dtype, elements * t.element_bytes));
-      if (t.offset < 0 || t.offset + t.bytes > p_.arena_bytes)
-        add(0, -1, t.id, fmt::format("[offset {}, {}) lies outside the arena [0, {})", t.offset,
-                                     t.offset + t.bytes, p_.arena_bytes));
+                                     join(t.shape, ", "), t.dtype, bytes));
+      if (t.bytes < 0 || t.offset < 0 || t.offset > p_.arena_bytes - t.bytes)
+        add(0, -1, t.id, fmt::format("{} bytes at offset {} do not lie in the arena of {} bytes",
+                                     t.bytes, t.offset, p_.arena_bytes));
     }
   }
 
@@ -253,7 +250,8 @@ class Verifier {
     };
     std::vector<Event> events;
     for (const Tensor& t : p_.tensors) {
-      if (t.bytes <= 0) continue;
+      // Empty tensors take no space; ones outside the arena are reported by check_tensors().
+      if (t.bytes <= 0 || t.offset < 0 || t.offset > p_.arena_bytes - t.bytes) continue;
       const Lifetime& l = a_.lifetimes[static_cast<size_t>(t.id)];
       events.push_back({l.first, true, t.id});
       events.push_back({l.last + 1, false, t.id});

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""autovm-plan's command line: exit codes and messages for bad input (documented in --help).
+
+usage: test_cli.py AUTOVM_PLAN MODELS_DIR
+Prints one line per case and 'N passed, M failed'; exits 1 if any failed.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import onnx
+from onnx import TensorProto, helper
+
+PLAN, MODELS = sys.argv[1], sys.argv[2]
+RESNET18 = os.path.join(MODELS, "resnet18.onnx")
+results = []
+
+
+def run(*args):
+    return subprocess.run([PLAN, *args], capture_output=True, text=True)
+
+
+def case(name, args, code, *needles, stream="stderr"):
+    r = run(*args)
+    text = getattr(r, stream)
+    ok = r.returncode == code and all(n in text for n in needles)
+    results.append(ok)
+    print(f"{'PASS' if ok else 'FAIL'} {name}: exit {r.returncode} (want {code})")
+    if not ok:
+        print("  missing:", [n for n in needles if n not in text], "\n  stderr:", r.stderr[-600:])
+    return r
+
+
+def unsupported_model(path):
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 4])
+    nodes = [helper.make_node("Relu", ["input"], ["a"], name="relu"),
+             helper.make_node("Foo", ["a"], ["b"], name="foo_node", domain="com.example"),
+             helper.make_node("Hardmax", ["b"], ["c"], name="hardmax_node"),
+             helper.make_node("Foo", ["c"], ["logits"], name="foo_again", domain="com.example")]
+    g = helper.make_graph(nodes, "unsupported", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    text = os.path.join(tmp, "notes.onnx")
+    open(text, "w").write("this is not a model\n")
+    truncated = os.path.join(tmp, "truncated.onnx")
+    data = open(RESNET18, "rb").read()
+    open(truncated, "wb").write(data[: len(data) // 2])
+    unsupported = os.path.join(tmp, "unsupported.onnx")
+    unsupported_model(unsupported)
+
+    case("--help", ["--help"], 0, "exit codes", "--budget", "--batch", stream="stdout")
+    case("no model", [], 2, "no model given")
+    case("unknown option", [RESNET18, "--frobnicate"], 2, "unknown option '--frobnicate'")
+    case("missing file", [os.path.join(tmp, "absent.onnx"), "--batch", "2"], 3, "cannot read model", "absent.onnx")
+    case("not ONNX", [text, "--batch", "2"], 4, "notes.onnx")
+    case("truncated", [truncated, "--batch", "2"], 4, "truncated.onnx")
+    case("unsupported ops", [unsupported, "--batch", "2"], 5, "Foo", "foo_node", "Hardmax", "hardmax_node")
+    case("unparsable budget", [RESNET18, "--batch", "2", "--budget", "8XB"], 2, "cannot read size '8XB'")
+    case("negative budget", [RESNET18, "--batch", "2", "--budget", "-1GB"], 2, "negative")
+    case("batch 0", [RESNET18, "--batch", "0"], 2, "--batch must be at least 1")
+    case("batch not a number", [RESNET18, "--batch", "many"], 2, "--batch takes a whole number")
+    case("symbolic batch without --batch", [RESNET18], 2, "--batch N")
+    case("unknown optimizer", [RESNET18, "--batch", "2", "--optimizer", "lion"], 2, "unknown optimizer 'lion'")
+    case("unknown device", [RESNET18, "--batch", "2", "--device", "tpu"], 2, "h200-pcie")
+    case("budget below one step's needs", [RESNET18, "--batch", "64", "--budget", "1MB"], 6,
+         "smallest budget that works", "--budget min")
+    case("decimal units echo bytes", [RESNET18, "--batch", "2", "--budget", "8GB", "-o", os.devnull], 0,
+         "(8000000000 B)")
+    case("binary units echo bytes", [RESNET18, "--batch", "2", "--budget", "8GiB", "-o", os.devnull], 0,
+         "(8589934592 B)")
+    case("unwritable output", [RESNET18, "--batch", "2", "-o", os.path.join(tmp, "no", "such", "dir", "p.json")],
+         7, "cannot write")
+    r = case("plan to stdout", [RESNET18, "--batch", "2", "--quiet"], 0, '"schema_version":1', stream="stdout")
+    out = os.path.join(tmp, "plan.json")
+    case("plan to a file", [RESNET18, "--batch", "2", "--optimizer", "adam", "-o", out], 0, "resnet18.onnx")
+    again = run(RESNET18, "--batch", "2", "--optimizer", "adam", "-o", out + ".2")
+    same = open(out, "rb").read() == open(out + ".2", "rb").read()
+    results.append(same and json.loads(r.stdout)["model"]["batch"] == 2)
+    print(f"{'PASS' if results[-1] else 'FAIL'} identical inputs give byte-identical plans")
+    leftovers = [f for f in os.listdir(tmp) if ".tmp" in f]
+    results.append(not leftovers)
+    print(f"{'PASS' if not leftovers else 'FAIL'} no temporary files left behind {leftovers}")
+
+failed = results.count(False)
+print(f"{len(results) - failed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
