@@ -461,6 +461,18 @@ void infer_global_pool(Ctx& c) {
   c.set(0, c.dtype(0), x);
 }
 
+// LayerNormalization (opset 17): Y like X; optional Mean and InvStdDev keep the dims before
+// `axis` and have 1 from it on.
+void infer_layer_norm(Ctx& c) {
+  const Shape& x = c.shape(0);
+  int64_t axis = norm_axis(c.node().attr_i("axis", -1), c.rank(0));
+  c.set(0, c.dtype(0), x);
+  Shape stats = x;
+  for (size_t i = size_t(axis); i < stats.size(); ++i) stats[i] = 1;
+  for (size_t k = 1; k < c.num_outputs() && k < 3; ++k)
+    if (c.has_output(k)) c.set(k, DType::f32, stats);
+}
+
 void infer_batch_norm(Ctx& c) {
   const Shape& x = c.shape(0);
   if (x.size() < 2) fail("input has shape " + str(x) + "; BatchNormalization needs [N, C, ...]");
@@ -903,6 +915,34 @@ void infer_pad(Ctx& c) {
   c.set(0, c.dtype(0), out);
 }
 
+// Upsample (opset 7-9) and Resize (10+): out[i] = floor(x[i] * scales[i]), or `sizes`.
+void infer_resize(Ctx& c) {
+  const Shape& x = c.shape(0);
+  const Node& n = c.node();
+  std::vector<double> scales;
+  if (n.op == "Upsample" && c.opset() < 9) {
+    scales = n.attr(std::string("scales")) ? n.attr(std::string("scales"))->floats : std::vector<double>{};
+  } else {
+    size_t scales_input = n.op == "Upsample" || c.opset() < 11 ? 1 : 2;
+    if (n.op == "Resize" && c.opset() >= 11 && c.has_input(3)) {
+      std::vector<int64_t> sizes = c.need_ints(3, "sizes");
+      if (sizes.size() != x.size()) fail("sizes " + str(sizes) + " do not match input " + str(x));
+      c.set(0, c.dtype(0), Shape(sizes.begin(), sizes.end()));
+      return;
+    }
+    const ConstValue& v = c.need_value(scales_input, "scales");
+    scales = v.floats;
+    if (scales.empty()) for (int64_t i : v.ints) scales.push_back(double(i));
+  }
+  if (scales.size() != x.size()) fail("scales have " + num(int64_t(scales.size())) + " values; input " + str(x) + " needs one per axis");
+  Shape out = x;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!(scales[i] > 0) || scales[i] > 1e6) fail("scale " + std::to_string(scales[i]) + " is not a positive factor");
+    out[i] = int64_t(std::floor(double(x[i]) * scales[i]));
+  }
+  c.set(0, c.dtype(0), out);
+}
+
 // ---- Constants and generators ----
 
 // Constant's value attribute (value, value_int(s), value_float(s)); the loader gives each a tensor.
@@ -1030,6 +1070,7 @@ const Rule* find_rule(std::string_view op) {
       {"HardSwish", {infer_same}},
       {"Identity", {infer_same, eval_copy}},
       {"LRN", {infer_lrn}},
+      {"LayerNormalization", {infer_layer_norm}},
       {"MatMul", {infer_matmul}},
       {"MaxPool", {infer_pool}},
       {"Mul", {infer_arith, eval_arith<Arith::mul>}},
@@ -1041,6 +1082,7 @@ const Rule* find_rule(std::string_view op) {
       {"ReduceMean", {infer_reduce, eval_reduce<true>}},
       {"ReduceProd", {infer_reduce, eval_reduce<false>}},
       {"Relu", {infer_same}},
+      {"Resize", {infer_resize}},
       {"Reshape", {infer_reshape, eval_copy}},
       {"Shape", {infer_shape, eval_shape}},
       {"Sigmoid", {infer_same}},
@@ -1052,6 +1094,7 @@ const Rule* find_rule(std::string_view op) {
       {"Sub", {infer_arith, eval_arith<Arith::sub>}},
       {"Transpose", {infer_transpose}},
       {"Unsqueeze", {infer_unsqueeze, eval_copy}},
+      {"Upsample", {infer_resize}},
       {"Where", {infer_where, eval_where}},
   };
   auto it = rules.find(op);

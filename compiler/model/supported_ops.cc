@@ -12,13 +12,13 @@
 namespace autovm::model {
 namespace {
 
-constexpr std::array<std::string_view, 45> kSupported = {
+constexpr std::array<std::string_view, 48> kSupported = {
     "Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Constant",
     "ConstantOfShape", "Conv", "Div", "Dropout", "Equal", "Erf", "Expand", "Flatten", "Gather",
-    "Gemm", "GlobalAveragePool", "HardSigmoid", "HardSwish", "Identity", "LRN", "MatMul",
+    "Gemm", "GlobalAveragePool", "HardSigmoid", "HardSwish", "Identity", "LRN", "LayerNormalization", "MatMul",
     "MaxPool", "Mul", "Neg", "Not", "Pad", "Pow", "Range", "ReduceMean", "ReduceProd", "Relu",
-    "Reshape", "Shape", "Sigmoid", "Slice", "Softmax", "Split", "Sqrt", "Squeeze", "Sub",
-    "Transpose", "Unsqueeze", "Where",
+    "Reshape", "Resize", "Shape", "Sigmoid", "Slice", "Softmax", "Split", "Sqrt", "Squeeze", "Sub",
+    "Transpose", "Unsqueeze", "Upsample", "Where",
 };
 static_assert(std::is_sorted(kSupported.begin(), kSupported.end()));
 

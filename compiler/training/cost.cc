@@ -49,7 +49,7 @@ double forward_flops(const model::Model& m, const model::Node& n) {
     if (!in0 || !out0 || in0->empty()) return 0;
     return numel(out0) * 2 * static_cast<double>(in0->back());
   }
-  if (op == "BatchNormalization") return 8 * numel(in0);
+  if (op == "BatchNormalization" || op == "LayerNormalization") return 8 * numel(in0);
   if (op == "MaxPool" || op == "AveragePool") {
     double window = 1;
     for (int64_t k : n.attr_ints("kernel_shape")) window *= static_cast<double>(k);

@@ -143,6 +143,20 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
       }
       rec.outputs = {y, mean, inv_std};
       step_outputs = {y, mean, inv_std, rec.inputs[3], rec.inputs[4]};
+    } else if (n.op == "LayerNormalization") {
+      TensorId y = new_output(n.outputs[0], any_grad);
+      Shape stats = g.tensor(y).shape;
+      int64_t rank = int64_t(stats.size());
+      int64_t axis = n.attr_i("axis", -1);
+      if (axis < 0) axis += rank;
+      for (int64_t i = std::max<int64_t>(axis, 0); i < rank; ++i) stats[size_t(i)] = 1;
+      auto saved = [&](size_t k, const char* suffix) {
+        return k < n.outputs.size() && n.outputs[k] >= 0
+                   ? new_output(n.outputs[k], false)
+                   : add(n.name + suffix, TensorKind::activation, DType::f32, stats, false);
+      };
+      rec.outputs = {y, saved(1, "/saved_mean"), saved(2, "/saved_inv_std")};
+      step_outputs = rec.outputs;
     } else if (n.op == "Dropout") {
       TensorId y = new_output(n.outputs[0], any_grad);
       TensorId mask = n.outputs.size() > 1 && n.outputs[1] >= 0

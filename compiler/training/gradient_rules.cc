@@ -17,6 +17,10 @@ std::vector<GradientRule> make_rules() {
       // running statistics, updated in place. dX and dScale need X, scale and the statistics.
       {"BatchNormalization", C::compute, 5, {0, 1, 2},
        {{in(0), in(1), out(1), out(2)}, {in(0), out(1), out(2)}, {}}, 2},
+      // Layer norm: outputs [Y, saved_mean, saved_inv_std], like batch norm without running
+      // statistics.
+      {"LayerNormalization", C::compute, 3, {0, 1, 2},
+       {{in(0), in(1), out(1), out(2)}, {in(0), out(1), out(2)}, {}}, 2},
       {"Relu", C::compute, 1, {0}, {{out(0)}}, 1},
       {"Clip", C::compute, 1, {0}, {{in(0)}}, 1},
       {"HardSigmoid", C::compute, 1, {0}, {{in(0)}}, 1},
@@ -42,6 +46,9 @@ std::vector<GradientRule> make_rules() {
       {"Slice", C::compute, 1, {0}, {{}}, 1},
       {"Pad", C::compute, 1, {0}, {{}}, 1},
       {"Expand", C::compute, 1, {0}, {{}}, 1},
+      // Nearest/linear resizing: the gradient sums dY back over the input grid (shapes only).
+      {"Resize", C::compute, 1, {0}, {{}}, 1},
+      {"Upsample", C::compute, 1, {0}, {{}}, 1},
       {"Cast", C::compute, 1, {0}, {{}}, 1},
       {"Gather", C::compute, 2, {0}, {{in(1)}}, 1},
       {"Softmax", C::compute, 1, {0}, {{out(0)}}, 1},
@@ -59,6 +66,8 @@ std::vector<GradientRule> make_rules() {
       {"Range", C::non_differentiable, 0, {}, {}, 0},
       {"Equal", C::non_differentiable, -1, {}, {}, 0},
       {"Not", C::non_differentiable, -1, {}, {}, 0},
+      {"Neg", C::compute, 1, {0}, {{}}, 1},
+      {"ReduceProd", C::non_differentiable, -1, {}, {}, 0},
       {"Where", C::compute, 3, {1, 2}, {{in(0)}, {in(0)}}, 1},
   };
   std::sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return a.op < b.op; });

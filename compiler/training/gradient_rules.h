@@ -8,7 +8,8 @@
 //
 // A forward step's tensor layout is the ONNX node's, with two additions the training step
 // needs: BatchNormalization gets outputs [Y, saved_mean, saved_inv_std] and takes its running
-// statistics as in-place inputs/outputs; Dropout (training) gets outputs [Y, mask].
+// statistics as in-place inputs/outputs; LayerNormalization gets [Y, saved_mean, saved_inv_std];
+// Dropout (training) gets outputs [Y, mask].
 // Refs below index that layout.
 #pragma once
 

@@ -362,3 +362,38 @@ TEST_CASE("a model whose output is not logits is refused") {
   b.node("Conv", "conv", {"x", "w"}, {{"y", {2, 2, 4, 4}}}).output("y");
   CHECK_THROWS_WITH_AS(build(b), doctest::Contains("[batch, classes]"), Error);
 }
+
+TEST_CASE("LayerNormalization keeps input, scale and its saved statistics") {
+  ModelBuilder b = with_h();
+  b.param("ln_scale", {8}).param("ln_bias", {8});
+  b.node("LayerNormalization", "ln", {"h", "ln_scale", "ln_bias"}, {{"y", {2, 8}}},
+         {{"axis", int_attr(-1)}}).output("y");
+  auto ts = build(b);
+  const TrainingGraph& g = ts.graph;
+  const Step& fwd = find_step(g, "LayerNormalization");
+  CHECK(names(g, fwd.outputs) == Names{"y", "ln/saved_mean", "ln/saved_inv_std"});
+  CHECK(g.tensor(fwd.outputs[1]).shape == Shape{2, 1});
+  CHECK(names(g, find_step(g, "LayerNormalizationGrad").inputs) ==
+        Names{"grad/y", "h", "ln_scale", "ln/saved_mean", "ln/saved_inv_std"});
+  CHECK(names(g, find_step(g, "LayerNormalizationGrad").outputs) ==
+        Names{"grad/h", "grad/ln_scale", "grad/ln_bias"});
+}
+
+TEST_CASE("resizing, negation and selection rules") {
+  for (const char* op : {"Upsample", "Resize", "Neg"}) {
+    CAPTURE(op);
+    ModelBuilder b = with_h();
+    b.constant("scales", DType::f32, {2}, {}, {1.0, 1.0});
+    b.node(op, "op", {"h", "scales"}, {{"y", {2, 8}}}).output("y");
+    auto ts = build(b);
+    CHECK(names(ts.graph, find_step(ts.graph, op).inputs) == Names{"h"});
+    CHECK(names(ts.graph, find_step(ts.graph, std::string(op) + "Grad").inputs) == Names{"grad/y"});
+  }
+  ModelBuilder b = with_h();
+  b.param("p2", {2, 8}).node("Mul", "mul2", {"x", "p2"}, {{"h2", {2, 8}}});
+  b.constant("cond", DType::boolean, {2, 8}, std::vector<int64_t>(16, 1));
+  b.node("Where", "where", {"cond", "h", "h2"}, {{"y", {2, 8}}}).output("y");
+  auto ts = build(b);
+  CHECK(names(ts.graph, find_step(ts.graph, "WhereGrad").inputs) == Names{"grad/y", "cond"});
+  CHECK(names(ts.graph, find_step(ts.graph, "WhereGrad").outputs) == Names{"grad/h", "grad/h2"});
+}
