@@ -143,14 +143,21 @@ int run(int argc, char** argv) {
   bool done = false;
   Args a = parse_args(argc, argv, done);
   if (done) return 0;
-  autovm::Plan plan = autovm::make_plan(a.model, a.options);
+  // The plan lives until the process exits: tearing down its many small allocations would
+  // only cost time.
+  autovm::Plan& plan = *new autovm::Plan(autovm::make_plan(a.model, a.options));
   if (!a.quiet) std::fputs(autovm::plan_summary(plan).c_str(), stderr);
-  std::string json = autovm::plan_to_json(plan);
   if (a.output.empty() || a.output == "-") {
-    if (std::fwrite(json.data(), 1, json.size(), stdout) != json.size() || std::fflush(stdout) != 0)
+    autovm::write_plan_json(plan, [](std::string_view piece) {
+      if (std::fwrite(piece.data(), 1, piece.size(), stdout) != piece.size())
+        throw autovm::Error(autovm::ErrorKind::output, "cannot write the plan to standard output");
+    });
+    if (std::fflush(stdout) != 0)
       throw autovm::Error(autovm::ErrorKind::output, "cannot write the plan to standard output");
   } else {
-    autovm::write_file_atomically(a.output, json);
+    autovm::AtomicFileWriter out(a.output);
+    autovm::write_plan_json(plan, [&](std::string_view piece) { out.write(piece); });
+    out.commit();
   }
   return 0;
 }

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 
 #include "analysis/arena.h"
@@ -21,6 +24,25 @@
 
 namespace autovm {
 namespace {
+
+// With AUTOVM_TIMINGS set, each pass's wall time goes to stderr (for profiling; off by default).
+class PassTimer {
+ public:
+  PassTimer() : on_(std::getenv("AUTOVM_TIMINGS") != nullptr), last_(now()) {}
+  void done(const char* pass) {
+    if (!on_) return;
+    double t = now();
+    std::fprintf(stderr, "autovm-plan: %-22s %8.1f ms\n", pass, (t - last_) * 1e3);
+    last_ = t;
+  }
+
+ private:
+  static double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  bool on_;
+  double last_;
+};
 
 int64_t max_of(const std::vector<int64_t>& v) {
   int64_t m = 0;
@@ -129,11 +151,15 @@ void plan_under_budget(Plan& plan) {
 }  // namespace
 
 Plan make_plan(const std::string& model_path, const PlanOptions& options) {
-  return make_plan(model::load_model(model_path), options);
+  PassTimer timer;
+  model::Model m = model::load_model(model_path);
+  timer.done("load_model");
+  return make_plan(std::move(m), options);
 }
 
 Plan make_plan(model::Model m, const PlanOptions& options, bool shapes_known) {
   const std::string& model_path = m.path;
+  PassTimer timer;
   model::check_supported_ops(m);
   if (m.inputs.empty())
     throw Error(ErrorKind::invalid_model,
@@ -149,6 +175,7 @@ Plan make_plan(model::Model m, const PlanOptions& options, bool shapes_known) {
     batch = input.declared_shape[0];
   }
   if (!shapes_known) model::infer_shapes(m, batch);
+  timer.done("infer_shapes");
 
   Plan plan;
   plan.options = options;
@@ -157,10 +184,15 @@ Plan make_plan(model::Model m, const PlanOptions& options, bool shapes_known) {
   topts.optimizer = options.optimizer;
   topts.conv_workspace_limit = options.conv_workspace_limit;
   plan.training = training::build_training_step(m, topts);
+  timer.done("build_training_step");
   plan.lifetimes = compute_lifetimes(plan.training.graph);
+  timer.done("compute_lifetimes");
   plan.timeline = compute_timeline(plan.training.graph, plan.lifetimes);
+  timer.done("compute_timeline");
   plan.arena = layout_arena(plan.training.graph, plan.lifetimes, options.alignment);
+  timer.done("layout_arena");
   plan_under_budget(plan);
+  timer.done("plan_under_budget");
 
   ModelIdentity& id = plan.model;
   auto slash = model_path.find_last_of('/');

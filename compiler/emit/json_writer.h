@@ -1,13 +1,15 @@
 // Contract: a small streaming JSON writer into a string. Deterministic: numbers are written in
 // the shortest form that reads back exactly (fmt's "{}"), non-finite doubles as null, strings
 // escaped per RFC 8259. The caller is responsible for structure (commas are inserted by
-// `key`/`value` within an object or array).
+// `key`/`value` within an object or array). With a sink, the text is handed over in pieces of
+// about a megabyte at line ends, so a large document never sits in memory whole.
 #pragma once
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,7 +22,19 @@ class JsonWriter {
   void end_object() { close('}'); }
   void begin_array() { open('['); }
   void end_array() { close(']'); }
-  void newline() { out_ += '\n'; }
+  using Sink = std::function<void(std::string_view)>;
+  explicit JsonWriter(Sink sink = nullptr) : sink_(std::move(sink)) {}
+
+  void newline() {
+    out_ += '\n';
+    if (sink_ && out_.size() >= (1u << 20)) flush();
+  }
+  // Hands what is buffered to the sink.
+  void flush() {
+    if (!sink_ || out_.empty()) return;
+    sink_(out_);
+    out_.clear();
+  }
 
   JsonWriter& key(std::string_view k) {
     comma();
@@ -78,6 +92,7 @@ class JsonWriter {
     out_ += '"';
   }
 
+  Sink sink_;
   std::string out_;
   std::vector<bool> first_;
   bool after_key_ = false;

@@ -39,9 +39,15 @@ PlanStatistics compute_statistics(const Plan& plan) {
 }
 
 std::string plan_to_json(const Plan& plan) {
+  std::string out;
+  write_plan_json(plan, [&](std::string_view piece) { out += piece; });
+  return out;
+}
+
+void write_plan_json(const Plan& plan, const std::function<void(std::string_view)>& sink) {
   const TrainingGraph& g = plan.training.graph;
   const PlanStatistics stats = compute_statistics(plan);
-  JsonWriter w;
+  JsonWriter w(sink);
   w.begin_object();
   w.newline();
   w.key("schema_version").value(kPlanSchemaVersion);
@@ -117,6 +123,7 @@ std::string plan_to_json(const Plan& plan) {
     else w.value(s.workspace);
     w.key("flops").value(s.flops);
     w.key("bytes_touched").value(s.bytes_touched);
+    w.key("live_bytes").value(plan.timeline.total[size_t(s.id)]);
     auto at = [](const std::vector<double>& v, StepIndex i) { return size_t(i) < v.size() ? v[size_t(i)] : 0.0; };
     if (!plan.compute_us.empty()) {
       w.key("compute_us").value(at(plan.compute_us, s.id));
@@ -181,7 +188,9 @@ std::string plan_to_json(const Plan& plan) {
   w.key("peak_step").value(tl.peak_step);
   w.key("peak_by_kind");
   write_by_kind(w, tl.peak_by_kind);
-  w.key("peak_tensors").array(tl.peak_tensors);
+  std::vector<TensorId> largest(tl.peak_tensors.begin(),
+                               tl.peak_tensors.begin() + std::min<size_t>(tl.peak_tensors.size(), 32));
+  w.key("peak_tensors").array(largest);
   w.newline();
   w.key("arena_bytes").value(plan.arena.size);
   w.key("arena_fragmentation_bytes").value(plan.arena.size - tl.peak_bytes);
@@ -218,24 +227,11 @@ std::string plan_to_json(const Plan& plan) {
     w.end_array();
     w.newline();
   }
-  w.key("timeline").begin_object();
-  w.key("kinds").begin_array();
-  for (int k = 0; k < kTensorKindCount; ++k) w.value(name(static_cast<TensorKind>(k)));
-  w.end_array();
-  w.key("bytes").begin_array();
-  for (const BytesByKind& b : tl.by_kind) {
-    w.newline();
-    w.begin_array();
-    for (int64_t v : b) w.value(v);
-    w.end_array();
-  }
-  w.end_array();
-  w.end_object();
   w.end_object();
   w.newline();
   w.end_object();
   w.newline();
-  return w.take();
+  w.flush();
 }
 
 }  // namespace autovm

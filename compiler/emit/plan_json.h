@@ -4,7 +4,9 @@
 // diff well.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include "plan/plan.h"
 
@@ -13,6 +15,8 @@ namespace autovm {
 inline constexpr int kPlanSchemaVersion = 1;
 
 std::string plan_to_json(const Plan& plan);
+// The same text, handed to `sink` in pieces (about a megabyte each), in order.
+void write_plan_json(const Plan& plan, const std::function<void(std::string_view)>& sink);
 
 // Statistics both the JSON and the human summary report.
 struct PlanStatistics {

@@ -12,40 +12,60 @@
 
 namespace autovm {
 
-void write_file_atomically(const std::string& path, std::string_view content) {
-  auto fail = [&](const std::string& what) {
-    throw Error(ErrorKind::output, fmt::format("cannot write '{}': {}: {}; check that the folder "
-                                               "exists and is writable",
-                                               path, what, std::strerror(errno)));
-  };
-  std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot create a temporary file beside it");
+AtomicFileWriter::AtomicFileWriter(std::string path)
+    : path_(std::move(path)), tmp_(path_ + ".tmp" + std::to_string(::getpid())) {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail("cannot create a temporary file beside it");
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+void AtomicFileWriter::fail(const std::string& what) {
+  int saved = errno;
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+    fd_ = -1;
+  }
+  throw Error(ErrorKind::output, fmt::format("cannot write '{}': {}: {}; check that the folder "
+                                             "exists and is writable",
+                                             path_, what, std::strerror(saved)));
+}
+
+void AtomicFileWriter::write(std::string_view piece) {
   size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+  while (done < piece.size()) {
+    ssize_t n = ::write(fd_, piece.data() + done, piece.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      int saved = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      errno = saved;
       fail("write failed");
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+}
+
+void AtomicFileWriter::commit() {
+  if (::fsync(fd_) != 0) fail("flush failed");
+  int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0 || ::rename(tmp_.c_str(), path_.c_str()) != 0) {
     int saved = errno;
-    ::unlink(tmp.c_str());
+    ::unlink(tmp_.c_str());
     errno = saved;
-    fail("flush failed");
+    throw Error(ErrorKind::output, fmt::format("cannot write '{}': rename failed: {}", path_,
+                                               std::strerror(saved)));
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int saved = errno;
-    ::unlink(tmp.c_str());
-    errno = saved;
-    fail("rename failed");
-  }
+}
+
+void write_file_atomically(const std::string& path, std::string_view content) {
+  AtomicFileWriter w(path);
+  w.write(content);
+  w.commit();
 }
 
 }  // namespace autovm

@@ -10,4 +10,22 @@ namespace autovm {
 
 void write_file_atomically(const std::string& path, std::string_view content);
 
+// The same in pieces: write() appends to the temporary file, commit() flushes and renames it
+// over the target; a writer destroyed before commit() removes its temporary file.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::string path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  void write(std::string_view piece);
+  void commit();
+
+ private:
+  [[noreturn]] void fail(const std::string& what);
+  std::string path_;
+  std::string tmp_;
+  int fd_ = -1;
+};
+
 }  // namespace autovm

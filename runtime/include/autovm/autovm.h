@@ -1,0 +1,229 @@
+/* libautovm: executes an AutoVM plan (schemas/plan.schema.json) inside a trainer.
+ *
+ * Contract. A plan, written ahead of time by autovm-plan, gives every tensor of one training step
+ * an offset in one arena, lists the steps in order, and schedules actions (evict, prefetch,
+ * discard, recompute, advise) around the steps. The runtime applies those actions at the step
+ * boundaries the trainer reports, following docs/execution-model.md (execution model autovm-1):
+ *
+ *   trainer:   step_begin(0) run 0 step_end(0)  step_begin(1) run 1 step_end(1) ...  step_end(n-1)
+ *   runtime:   |issue after_step -1            |issue after_step 0                  |issue n-1
+ *              |complete ready_before_step 0   |complete ready_before_step 1        |complete n
+ *
+ *   evict a     issued at step_end(after_step) ...... complete at step_begin(ready_before_step)
+ *   residency   resident ########################### off from ready_before_step
+ *   prefetch a  issued at step_end(after_step) ...... complete at step_begin(ready_before_step)
+ *   residency   off ... | resident from after_step + 1 (memory back; data ready at completion)
+ *   discard a   at step_end(after_step): off from after_step + 1
+ *   recompute a at step_begin(ready_before_step): resident from ready_before_step; after
+ *               step_begin returns, the trainer runs step source_step again, then the step itself.
+ *
+ * Steps come in order 0..n-1; after step_end(n-1) the next training step starts again at 0.
+ * Tensors are allocated at step_begin(first) and freed after step_end(last) of their lifetime;
+ * parameters, buffers and optimizer state persist across training steps.
+ *
+ * Errors. Every function returns an autovm_status and never throws or aborts on bad input; after
+ * a status other than AUTOVM_OK, autovm_last_error() gives a message (per thread) that names the
+ * thing at fault and what to do. Outputs are written only on AUTOVM_OK.
+ *
+ * Threads. A plan may be shared by threads once loaded; a runtime is used by one thread at a time.
+ */
+#ifndef AUTOVM_AUTOVM_H
+#define AUTOVM_AUTOVM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define AUTOVM_EXPORT __declspec(dllexport)
+#else
+#define AUTOVM_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* The version of this header's API. autovm_version() returns the library's; they must match. */
+#define AUTOVM_API_VERSION 1
+
+typedef enum autovm_status {
+  AUTOVM_OK = 0,
+  AUTOVM_ERR_INVALID_ARGUMENT = 1, /* a NULL pointer, an id or step out of range */
+  AUTOVM_ERR_IO = 2,               /* the plan file could not be read */
+  AUTOVM_ERR_PLAN = 3,             /* the plan is malformed or inconsistent */
+  AUTOVM_ERR_NOT_RESIDENT = 4,     /* strict mode: a step used a tensor that is not resident */
+  AUTOVM_ERR_OUT_OF_MEMORY = 5,    /* memory could not be allocated, or strict mode: a step's
+                                      resident bytes exceed the budget */
+  AUTOVM_ERR_BACKEND = 6,          /* the backend failed, or is not available in this build */
+  AUTOVM_ERR_STATE = 7             /* a call out of order (steps not 0..n-1, touch outside a step) */
+} autovm_status;
+
+typedef enum autovm_backend {
+  AUTOVM_BACKEND_HOST = 0,         /* the arena in host memory; transfers are memcpy (testing) */
+  AUTOVM_BACKEND_CUDA_MANAGED = 1, /* reserved: CUDA managed memory (not built yet) */
+  AUTOVM_BACKEND_CUDA_DEVICE = 2   /* reserved: device arena with explicit copies (not built yet) */
+} autovm_backend;
+
+typedef enum autovm_tensor_kind {
+  AUTOVM_TENSOR_INPUT = 0,
+  AUTOVM_TENSOR_LABEL = 1,
+  AUTOVM_TENSOR_PARAMETER = 2,
+  AUTOVM_TENSOR_BUFFER = 3,
+  AUTOVM_TENSOR_GRADIENT = 4,
+  AUTOVM_TENSOR_OPTIMIZER_STATE = 5,
+  AUTOVM_TENSOR_ACTIVATION = 6,
+  AUTOVM_TENSOR_ACTIVATION_GRAD = 7,
+  AUTOVM_TENSOR_WORKSPACE = 8
+} autovm_tensor_kind;
+
+typedef enum autovm_action_kind {
+  AUTOVM_ACTION_EVICT = 0,
+  AUTOVM_ACTION_PREFETCH = 1,
+  AUTOVM_ACTION_DISCARD = 2,
+  AUTOVM_ACTION_RECOMPUTE = 3,
+  AUTOVM_ACTION_ADVISE = 4
+} autovm_action_kind;
+
+/* Where a tensor's bytes are now. Resident (counted against the budget): RESIDENT, EVICTING,
+ * PREFETCHING. A step may use a tensor only while it is RESIDENT. */
+typedef enum autovm_residency {
+  AUTOVM_RESIDENCY_UNALLOCATED = 0, /* outside its lifetime */
+  AUTOVM_RESIDENCY_RESIDENT = 1,
+  AUTOVM_RESIDENCY_EVICTING = 2,    /* copy to host issued, not complete: still resident */
+  AUTOVM_RESIDENCY_ON_HOST = 3,     /* evicted: the bytes are in host memory only */
+  AUTOVM_RESIDENCY_PREFETCHING = 4, /* memory back, copy from host not complete */
+  AUTOVM_RESIDENCY_DISCARDED = 5    /* dropped without a copy: to be recomputed, or dead */
+} autovm_residency;
+
+typedef struct autovm_plan autovm_plan;
+typedef struct autovm_runtime autovm_runtime;
+
+/* Strings and arrays point into the plan and live as long as it does. */
+typedef struct autovm_tensor_info {
+  int32_t id;
+  const char* name;
+  autovm_tensor_kind kind;
+  const char* dtype;   /* "float32", ... */
+  int64_t bytes;
+  int64_t offset;      /* in the arena */
+  int64_t first_step;  /* lifetime [first_step, last_step], inclusive */
+  int64_t last_step;
+  int persistent;      /* 1: lives across training steps (parameters, buffers, optimizer state) */
+} autovm_tensor_info;
+
+typedef struct autovm_step_info {
+  int64_t id;
+  const char* op;
+  const char* phase;   /* "forward", "loss", "backward", "optimizer" */
+  const char* node;
+  const int32_t* inputs;
+  size_t input_count;
+  const int32_t* outputs;
+  size_t output_count;
+  int32_t workspace;   /* -1: none */
+} autovm_step_info;
+
+typedef struct autovm_action_info {
+  autovm_action_kind kind;
+  int32_t tensor;
+  int64_t bytes;
+  int64_t after_step;        /* -1: at the start of the training step */
+  int64_t ready_before_step; /* the step count: by the end of the training step */
+  int64_t source_step;       /* recompute: the step to run again; otherwise -1 */
+  const char* advice;        /* advise: the advice; otherwise "" */
+} autovm_action_info;
+
+/* --- Version and errors ------------------------------------------------------------------- */
+
+AUTOVM_EXPORT int autovm_version(void); /* AUTOVM_API_VERSION of the library */
+/* The message of the last failure on this thread ("" when none); valid until the next call. */
+AUTOVM_EXPORT const char* autovm_last_error(void);
+
+/* --- Plans -------------------------------------------------------------------------------- */
+
+AUTOVM_EXPORT autovm_status autovm_plan_load(const char* path, autovm_plan** out);
+AUTOVM_EXPORT autovm_status autovm_plan_load_from_memory(const void* data, size_t size,
+                                                         autovm_plan** out);
+AUTOVM_EXPORT void autovm_plan_free(autovm_plan* plan); /* NULL is fine */
+
+AUTOVM_EXPORT autovm_status autovm_plan_tensor_count(const autovm_plan* plan, int32_t* out);
+AUTOVM_EXPORT autovm_status autovm_plan_step_count(const autovm_plan* plan, int64_t* out);
+AUTOVM_EXPORT autovm_status autovm_plan_action_count(const autovm_plan* plan, int64_t* out);
+AUTOVM_EXPORT autovm_status autovm_plan_arena_bytes(const autovm_plan* plan, int64_t* out);
+AUTOVM_EXPORT autovm_status autovm_plan_budget_bytes(const autovm_plan* plan, int64_t* out);
+/* By tensor name or by one of its aliases. */
+AUTOVM_EXPORT autovm_status autovm_plan_tensor_by_name(const autovm_plan* plan, const char* name,
+                                                       int32_t* id);
+AUTOVM_EXPORT autovm_status autovm_plan_tensor_info(const autovm_plan* plan, int32_t id,
+                                                    autovm_tensor_info* out);
+AUTOVM_EXPORT autovm_status autovm_plan_step_info(const autovm_plan* plan, int64_t step,
+                                                  autovm_step_info* out);
+AUTOVM_EXPORT autovm_status autovm_plan_action_info(const autovm_plan* plan, int64_t index,
+                                                    autovm_action_info* out);
+
+/* --- Runtimes ----------------------------------------------------------------------------- */
+
+typedef struct autovm_runtime_options {
+  autovm_backend backend;     /* AUTOVM_BACKEND_HOST */
+  int64_t budget_bytes;       /* > 0: replaces the plan's options.budget_bytes */
+  int strict;                 /* 1: a use of a non-resident tensor, or a step over the budget,
+                                 is an error; 0: it is counted in autovm_stats.violations only */
+  int64_t host_arena_cap_bytes; /* host backend: largest arena given real memory (0: 1 GiB);
+                                   a larger one runs in accounting-only mode (no memory,
+                                   pointers NULL, residency still checked) */
+} autovm_runtime_options;
+
+/* Defaults: host backend, the plan's budget, not strict, a 1 GiB cap. */
+AUTOVM_EXPORT autovm_status autovm_runtime_options_init(autovm_runtime_options* options);
+/* options may be NULL (the defaults). The runtime keeps what it needs of the plan: the plan
+ * may be freed first. Persistent tensors start resident, with zeroed bytes. */
+AUTOVM_EXPORT autovm_status autovm_runtime_create(const autovm_plan* plan,
+                                                  const autovm_runtime_options* options,
+                                                  autovm_runtime** out);
+AUTOVM_EXPORT void autovm_runtime_free(autovm_runtime* rt); /* NULL is fine */
+
+/* stream: the trainer's compute stream (cudaStream_t) for CUDA backends; ignored by the host
+ * backend. step_begin completes everything due before the step (ready_before_step == step) and
+ * allocates the tensors whose lifetime starts there; at step 0 it also issues the actions with
+ * after_step -1. step_end issues the actions with after_step == step and frees the tensors
+ * whose lifetime ends there; at the last step it completes the actions due by the end.
+ * In strict mode step_begin returns AUTOVM_ERR_OUT_OF_MEMORY when the step's resident bytes
+ * exceed the budget; the step has begun all the same. */
+AUTOVM_EXPORT autovm_status autovm_step_begin(autovm_runtime* rt, int64_t step, void* stream);
+AUTOVM_EXPORT autovm_status autovm_step_end(autovm_runtime* rt, int64_t step, void* stream);
+
+/* Where tensor id lies in the arena: fixed for the runtime's life, its contents valid while the
+ * tensor is resident. NULL (with AUTOVM_OK) in accounting-only mode. */
+AUTOVM_EXPORT autovm_status autovm_tensor_pointer(autovm_runtime* rt, int32_t id, void** ptr);
+AUTOVM_EXPORT autovm_status autovm_tensor_residency(const autovm_runtime* rt, int32_t id,
+                                                    autovm_residency* out);
+/* Declares that the running step (between step_begin and step_end of `step`) uses tensor id.
+ * A tensor that is not RESIDENT is a violation: AUTOVM_ERR_NOT_RESIDENT in strict mode,
+ * otherwise counted and AUTOVM_OK. AUTOVM_ERR_STATE when `step` is not the running step. */
+AUTOVM_EXPORT autovm_status autovm_touch(autovm_runtime* rt, int64_t step, int32_t id);
+
+typedef struct autovm_stats {
+  int64_t bytes_to_host;         /* SUM: bytes of the evicts issued */
+  int64_t bytes_to_device;       /* SUM: bytes of the prefetches issued */
+  int64_t evictions;             /* COUNT: evicts issued */
+  int64_t prefetches;            /* COUNT: prefetches issued */
+  int64_t discards;              /* COUNT: discards */
+  int64_t recomputes;            /* COUNT: recomputes (tensors marked resident) */
+  int64_t advises;               /* COUNT: advise actions seen */
+  int64_t resident_bytes;        /* bytes resident now */
+  int64_t peak_resident_bytes;   /* most bytes resident during a step */
+  int64_t violations;            /* COUNT: non-resident uses and steps over the budget */
+  int64_t training_steps;        /* COUNT: training steps completed (step_end of the last step) */
+  int64_t initial_offload_bytes; /* SUM: persistent tensors the plan keeps on the host between
+                                    training steps, moved there at the first step_begin(0) (not
+                                    part of bytes_to_host) */
+  int accounting_only;           /* 1: no arena memory (pointers are NULL) */
+} autovm_stats;
+
+AUTOVM_EXPORT autovm_status autovm_runtime_stats(const autovm_runtime* rt, autovm_stats* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* AUTOVM_AUTOVM_H */

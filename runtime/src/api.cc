@@ -1,0 +1,304 @@
+// The C boundary: every entry point runs its body through guard(), which turns rt::Error and any
+// other exception into a status and a thread-local message. Nothing throws past here.
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "autovm/autovm.h"
+#include "backend.h"
+#include "executor.h"
+#include "plan.h"
+
+using autovm::rt::Error;
+
+struct autovm_plan {
+  std::shared_ptr<const autovm::rt::Plan> plan;
+};
+
+struct autovm_runtime {
+  std::shared_ptr<const autovm::rt::Plan> plan;
+  std::unique_ptr<autovm::rt::Executor> executor;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+void set_error(const char* message) noexcept {
+  try {
+    g_last_error = message;
+  } catch (...) {
+    g_last_error.clear();  // no memory for the message: an empty one
+  }
+}
+
+template <typename F>
+autovm_status guard(F&& body) noexcept {
+  try {
+    body();
+    return AUTOVM_OK;
+  } catch (const Error& e) {
+    set_error(e.what());
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    set_error("out of host memory");
+    return AUTOVM_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    set_error(e.what());
+    return AUTOVM_ERR_BACKEND;
+  } catch (...) {
+    set_error("unknown internal error");
+    return AUTOVM_ERR_BACKEND;
+  }
+}
+
+template <typename T>
+void need(const T* p, const char* function, const char* argument) {
+  if (p == nullptr)
+    throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                std::string(function) + ": " + argument + " is NULL");
+}
+
+const autovm::rt::Plan& plan_of(const autovm_plan* p, const char* function) {
+  need(p, function, "plan");
+  return *p->plan;
+}
+
+autovm::rt::Executor& executor_of(const autovm_runtime* rt, const char* function) {
+  need(rt, function, "runtime");
+  return *rt->executor;
+}
+
+void check_tensor(const autovm::rt::Plan& p, int32_t id, const char* function) {
+  if (id < 0 || static_cast<size_t>(id) >= p.tensors.size())
+    throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                std::string(function) + ": tensor id " + std::to_string(id) +
+                    " is out of range [0, " + std::to_string(p.tensors.size()) + ")");
+}
+
+void check_step(const autovm::rt::Plan& p, int64_t step, const char* function) {
+  if (step < 0 || step >= p.step_count())
+    throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                std::string(function) + ": step " + std::to_string(step) +
+                    " is out of range [0, " + std::to_string(p.step_count()) + ")");
+}
+
+}  // namespace
+
+extern "C" {
+
+int autovm_version(void) { return AUTOVM_API_VERSION; }
+
+const char* autovm_last_error(void) { return g_last_error.c_str(); }
+
+autovm_status autovm_plan_load(const char* path, autovm_plan** out) {
+  return guard([&] {
+    need(path, __func__, "path");
+    need(out, __func__, "out");
+    auto plan = std::make_shared<const autovm::rt::Plan>(autovm::rt::load_plan_file(path));
+    *out = new autovm_plan{std::move(plan)};
+  });
+}
+
+autovm_status autovm_plan_load_from_memory(const void* data, size_t size, autovm_plan** out) {
+  return guard([&] {
+    if (size > 0) need(data, __func__, "data");
+    need(out, __func__, "out");
+    std::string_view text(static_cast<const char*>(data), size);
+    auto plan = std::make_shared<const autovm::rt::Plan>(autovm::rt::load_plan(text, "<memory>"));
+    *out = new autovm_plan{std::move(plan)};
+  });
+}
+
+void autovm_plan_free(autovm_plan* plan) { delete plan; }
+
+autovm_status autovm_plan_tensor_count(const autovm_plan* plan, int32_t* out) {
+  return guard([&] {
+    const auto& p = plan_of(plan, __func__);
+    need(out, __func__, "out");
+    *out = static_cast<int32_t>(p.tensors.size());
+  });
+}
+
+autovm_status autovm_plan_step_count(const autovm_plan* plan, int64_t* out) {
+  return guard([&] {
+    const auto& p = plan_of(plan, __func__);
+    need(out, __func__, "out");
+    *out = p.step_count();
+  });
+}
+
+autovm_status autovm_plan_action_count(const autovm_plan* plan, int64_t* out) {
+  return guard([&] {
+    const auto& p = plan_of(plan, __func__);
+    need(out, __func__, "out");
+    *out = static_cast<int64_t>(p.actions.size());
+  });
+}
+
+autovm_status autovm_plan_arena_bytes(const autovm_plan* plan, int64_t* out) {
+  return guard([&] {
+    const auto& p = plan_of(plan, __func__);
+    need(out, __func__, "out");
+    *out = p.arena_bytes;
+  });
+}
+
+autovm_status autovm_plan_budget_bytes(const autovm_plan* plan, int64_t* out) {
+  return guard([&] {
+    const auto& p = plan_of(plan, __func__);
+    need(out, __func__, "out");
+    *out = p.budget_bytes;
+  });
+}
+
+autovm_status autovm_plan_tensor_by_name(const autovm_plan* plan, const char* name, int32_t* id) {
+  return guard([&] {
+    const auto& p = plan_of(plan, __func__);
+    need(name, __func__, "name");
+    need(id, __func__, "id");
+    auto it = p.by_name.find(name);
+    if (it == p.by_name.end())
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                  std::string("no tensor named '") + name + "' in plan '" + p.source +
+                      "' (names and aliases are the model's value names)");
+    *id = it->second;
+  });
+}
+
+autovm_status autovm_plan_tensor_info(const autovm_plan* plan, int32_t id, autovm_tensor_info* out) {
+  return guard([&] {
+    const auto& p = plan_of(plan, __func__);
+    need(out, __func__, "out");
+    check_tensor(p, id, __func__);
+    const auto& t = p.tensors[static_cast<size_t>(id)];
+    *out = autovm_tensor_info{t.id,    t.name.c_str(), t.kind, t.dtype.c_str(),         t.bytes,
+                              t.offset, t.first,       t.last, t.persistent ? 1 : 0};
+  });
+}
+
+autovm_status autovm_plan_step_info(const autovm_plan* plan, int64_t step, autovm_step_info* out) {
+  return guard([&] {
+    const auto& p = plan_of(plan, __func__);
+    need(out, __func__, "out");
+    check_step(p, step, __func__);
+    const auto& s = p.steps[static_cast<size_t>(step)];
+    *out = autovm_step_info{s.id,           s.op.c_str(),      s.phase.c_str(),
+                            s.node.c_str(), s.inputs.data(),   s.inputs.size(),
+                            s.outputs.data(), s.outputs.size(), s.workspace};
+  });
+}
+
+autovm_status autovm_plan_action_info(const autovm_plan* plan, int64_t index,
+                                      autovm_action_info* out) {
+  return guard([&] {
+    const auto& p = plan_of(plan, __func__);
+    need(out, __func__, "out");
+    if (index < 0 || static_cast<size_t>(index) >= p.actions.size())
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                  std::string(__func__) + ": action " + std::to_string(index) +
+                      " is out of range [0, " + std::to_string(p.actions.size()) + ")");
+    const auto& a = p.actions[static_cast<size_t>(index)];
+    *out = autovm_action_info{a.kind,        a.tensor,      a.bytes, a.after_step,
+                              a.ready_before_step, a.source_step, a.advice.c_str()};
+  });
+}
+
+autovm_status autovm_runtime_options_init(autovm_runtime_options* options) {
+  return guard([&] {
+    need(options, __func__, "options");
+    *options = autovm_runtime_options{AUTOVM_BACKEND_HOST, 0, 0, 0};
+  });
+}
+
+autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtime_options* options,
+                                    autovm_runtime** out) {
+  return guard([&] {
+    const auto& p = plan_of(plan, __func__);
+    need(out, __func__, "out");
+    autovm_runtime_options o{AUTOVM_BACKEND_HOST, 0, 0, 0};
+    if (options != nullptr) o = *options;
+    if (o.budget_bytes < 0 || o.host_arena_cap_bytes < 0)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                  std::string(__func__) + ": budget_bytes and host_arena_cap_bytes must be >= 0 "
+                                          "(0: the default)");
+    std::unique_ptr<autovm::rt::Backend> backend;
+    switch (o.backend) {
+      case AUTOVM_BACKEND_HOST: {
+        autovm::rt::HostBackendOptions host;
+        if (o.host_arena_cap_bytes > 0) host.arena_cap_bytes = o.host_arena_cap_bytes;
+        backend = autovm::rt::make_host_backend(p, host);
+        break;
+      }
+      case AUTOVM_BACKEND_CUDA_MANAGED:
+      case AUTOVM_BACKEND_CUDA_DEVICE:
+        throw Error(AUTOVM_ERR_BACKEND,
+                    std::string(__func__) + ": CUDA backends are not built into this libautovm "
+                                            "yet; use AUTOVM_BACKEND_HOST");
+      default:
+        throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                    std::string(__func__) + ": unknown backend " +
+                        std::to_string(static_cast<int>(o.backend)));
+    }
+    const int64_t budget = o.budget_bytes > 0 ? o.budget_bytes : p.budget_bytes;
+    auto rt = std::make_unique<autovm_runtime>();
+    rt->plan = plan->plan;
+    rt->executor = std::make_unique<autovm::rt::Executor>(plan->plan, std::move(backend), budget,
+                                                          o.strict != 0);
+    *out = rt.release();
+  });
+}
+
+void autovm_runtime_free(autovm_runtime* rt) { delete rt; }
+
+autovm_status autovm_step_begin(autovm_runtime* rt, int64_t step, void* stream) {
+  return guard([&] {
+    auto& e = executor_of(rt, __func__);
+    check_step(e.plan(), step, __func__);
+    e.step_begin(step, stream);
+  });
+}
+
+autovm_status autovm_step_end(autovm_runtime* rt, int64_t step, void* stream) {
+  return guard([&] {
+    auto& e = executor_of(rt, __func__);
+    check_step(e.plan(), step, __func__);
+    e.step_end(step, stream);
+  });
+}
+
+autovm_status autovm_tensor_pointer(autovm_runtime* rt, int32_t id, void** ptr) {
+  return guard([&] {
+    auto& e = executor_of(rt, __func__);
+    need(ptr, __func__, "ptr");
+    check_tensor(e.plan(), id, __func__);
+    *ptr = e.pointer(id);
+  });
+}
+
+autovm_status autovm_tensor_residency(const autovm_runtime* rt, int32_t id, autovm_residency* out) {
+  return guard([&] {
+    auto& e = executor_of(rt, __func__);
+    need(out, __func__, "out");
+    check_tensor(e.plan(), id, __func__);
+    *out = e.residency(id);
+  });
+}
+
+autovm_status autovm_touch(autovm_runtime* rt, int64_t step, int32_t id) {
+  return guard([&] {
+    auto& e = executor_of(rt, __func__);
+    check_tensor(e.plan(), id, __func__);
+    e.touch(step, id);
+  });
+}
+
+autovm_status autovm_runtime_stats(const autovm_runtime* rt, autovm_stats* out) {
+  return guard([&] {
+    auto& e = executor_of(rt, __func__);
+    need(out, __func__, "out");
+    *out = e.stats();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,213 @@
+#include "executor.h"
+
+#include <algorithm>
+#include <cassert>
+#include <sstream>
+
+namespace autovm::rt {
+namespace {
+
+bool counts_resident(autovm_residency r) {
+  return r == AUTOVM_RESIDENCY_RESIDENT || r == AUTOVM_RESIDENCY_EVICTING ||
+         r == AUTOVM_RESIDENCY_PREFETCHING;
+}
+
+const char* describe(autovm_residency r) {
+  switch (r) {
+    case AUTOVM_RESIDENCY_UNALLOCATED: return "outside its lifetime";
+    case AUTOVM_RESIDENCY_RESIDENT: return "resident";
+    case AUTOVM_RESIDENCY_EVICTING: return "being evicted (its copy to the host is in flight)";
+    case AUTOVM_RESIDENCY_ON_HOST: return "on the host (evicted)";
+    case AUTOVM_RESIDENCY_PREFETCHING: return "being prefetched (its copy is in flight)";
+    case AUTOVM_RESIDENCY_DISCARDED: return "discarded";
+  }
+  return "?";
+}
+
+}  // namespace
+
+Executor::Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> backend,
+                   int64_t budget_bytes, bool strict)
+    : plan_(std::move(plan)), backend_(std::move(backend)), budget_bytes_(budget_bytes),
+      strict_(strict) {
+  const auto n = static_cast<size_t>(plan_->step_count());
+  issued_after_.resize(n + 1);
+  due_before_.resize(n + 1);
+  allocated_at_.resize(n);
+  freed_after_.resize(n);
+  for (size_t i = 0; i < plan_->actions.size(); ++i) {
+    const Action& a = plan_->actions[i];
+    if (a.kind == AUTOVM_ACTION_RECOMPUTE) {
+      due_before_[static_cast<size_t>(a.ready_before_step)].push_back(i);
+      continue;
+    }
+    issued_after_[static_cast<size_t>(a.after_step + 1)].push_back(i);
+    if (a.kind == AUTOVM_ACTION_EVICT || a.kind == AUTOVM_ACTION_PREFETCH)
+      due_before_[static_cast<size_t>(a.ready_before_step)].push_back(i);
+  }
+  state_.assign(plan_->tensors.size(), AUTOVM_RESIDENCY_UNALLOCATED);
+  for (const Tensor& t : plan_->tensors) {
+    if (t.persistent) {
+      set_state(t.id, AUTOVM_RESIDENCY_RESIDENT);
+      continue;
+    }
+    allocated_at_[static_cast<size_t>(t.first)].push_back(t.id);
+    freed_after_[static_cast<size_t>(t.last)].push_back(t.id);
+  }
+  stats_.accounting_only = backend_->has_memory() ? 0 : 1;
+}
+
+void Executor::set_state(TensorId t, autovm_residency next) {
+  auto& s = state_[static_cast<size_t>(t)];
+  const int64_t bytes = tensor(t).bytes;
+  if (counts_resident(s)) stats_.resident_bytes -= bytes;
+  if (counts_resident(next)) stats_.resident_bytes += bytes;
+  s = next;
+}
+
+std::string Executor::step_label(StepIndex s) const {
+  const Step& step = plan_->steps[static_cast<size_t>(s)];
+  std::ostringstream out;
+  out << "step " << s << " (" << step.op << " " << step.phase;
+  if (!step.node.empty()) out << ", node " << step.node;
+  out << ")";
+  return out.str();
+}
+
+void Executor::issue(StepIndex after_step, void* stream) {
+  for (size_t i : issued_after_[static_cast<size_t>(after_step + 1)]) {
+    const Action& a = plan_->actions[i];
+    const Tensor& t = tensor(a.tensor);
+    const autovm_residency now = residency(a.tensor);
+    switch (a.kind) {
+      case AUTOVM_ACTION_EVICT:
+        assert(now == AUTOVM_RESIDENCY_RESIDENT);
+        backend_->evict_issue(t, stream);
+        set_state(t.id, AUTOVM_RESIDENCY_EVICTING);
+        stats_.bytes_to_host += a.bytes;
+        ++stats_.evictions;
+        break;
+      case AUTOVM_ACTION_PREFETCH:
+        assert(now == AUTOVM_RESIDENCY_ON_HOST);
+        set_state(t.id, AUTOVM_RESIDENCY_PREFETCHING);
+        backend_->prefetch_issue(t, stream);
+        stats_.bytes_to_device += a.bytes;
+        ++stats_.prefetches;
+        break;
+      case AUTOVM_ACTION_DISCARD:
+        assert(now == AUTOVM_RESIDENCY_RESIDENT);
+        backend_->discard(t, stream);
+        set_state(t.id, AUTOVM_RESIDENCY_DISCARDED);
+        ++stats_.discards;
+        break;
+      case AUTOVM_ACTION_ADVISE: ++stats_.advises; break;
+      case AUTOVM_ACTION_RECOMPUTE: break;  // scheduled by ready_before_step
+    }
+    (void)now;
+  }
+}
+
+void Executor::complete(StepIndex before_step, void* stream) {
+  for (size_t i : due_before_[static_cast<size_t>(before_step)]) {
+    const Action& a = plan_->actions[i];
+    const Tensor& t = tensor(a.tensor);
+    const autovm_residency now = residency(a.tensor);
+    // A tensor freed while its copy was in flight (its lifetime ended) stays freed.
+    switch (a.kind) {
+      case AUTOVM_ACTION_EVICT:
+        if (now != AUTOVM_RESIDENCY_EVICTING) break;
+        backend_->evict_complete(t, stream);
+        set_state(t.id, AUTOVM_RESIDENCY_ON_HOST);
+        break;
+      case AUTOVM_ACTION_PREFETCH:
+        if (now != AUTOVM_RESIDENCY_PREFETCHING) break;
+        backend_->prefetch_complete(t, stream);
+        set_state(t.id, AUTOVM_RESIDENCY_RESIDENT);
+        break;
+      case AUTOVM_ACTION_RECOMPUTE:
+        assert(now == AUTOVM_RESIDENCY_DISCARDED);
+        set_state(t.id, AUTOVM_RESIDENCY_RESIDENT);
+        ++stats_.recomputes;
+        break;
+      default: break;
+    }
+  }
+}
+
+void Executor::step_begin(StepIndex s, void* stream) {
+  const StepIndex n = plan_->step_count();
+  if (running_)
+    throw Error(AUTOVM_ERR_STATE, "autovm_step_begin(" + std::to_string(s) + ") while step " +
+                                      std::to_string(*running_) +
+                                      " is running; call autovm_step_end for it first");
+  if (s != next_)
+    throw Error(AUTOVM_ERR_STATE,
+                "autovm_step_begin(" + std::to_string(s) + ") out of order: the next step is " +
+                    std::to_string(next_) + " (steps run 0.." + std::to_string(n - 1) +
+                    ", then a new training step starts at 0)");
+  if (s == 0) {
+    for (const Tensor& t : plan_->tensors) {
+      if (!t.starts_on_host || residency(t.id) != AUTOVM_RESIDENCY_RESIDENT) continue;
+      backend_->evict_issue(t, stream);
+      backend_->evict_complete(t, stream);
+      set_state(t.id, AUTOVM_RESIDENCY_ON_HOST);
+      stats_.initial_offload_bytes += t.bytes;
+    }
+    issue(-1, stream);
+  }
+  for (TensorId t : allocated_at_[static_cast<size_t>(s)]) set_state(t, AUTOVM_RESIDENCY_RESIDENT);
+  complete(s, stream);
+  running_ = s;
+  stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
+  if (stats_.resident_bytes > budget_bytes_) {
+    ++stats_.violations;
+    if (strict_)
+      throw Error(AUTOVM_ERR_OUT_OF_MEMORY,
+                  step_label(s) + " has " + std::to_string(stats_.resident_bytes) +
+                      " bytes resident, over the budget of " + std::to_string(budget_bytes_) +
+                      "; plan again with autovm-plan --budget " + std::to_string(budget_bytes_) +
+                      "B, or raise budget_bytes (the step has begun)");
+  }
+}
+
+void Executor::step_end(StepIndex s, void* stream) {
+  const StepIndex n = plan_->step_count();
+  if (!running_ || *running_ != s)
+    throw Error(AUTOVM_ERR_STATE,
+                "autovm_step_end(" + std::to_string(s) + ") without autovm_step_begin(" +
+                    std::to_string(s) + ")" +
+                    (running_ ? "; step " + std::to_string(*running_) + " is running"
+                              : "; no step is running"));
+  issue(s, stream);
+  if (s == n - 1) complete(n, stream);
+  for (TensorId t : freed_after_[static_cast<size_t>(s)]) set_state(t, AUTOVM_RESIDENCY_UNALLOCATED);
+  running_.reset();
+  if (s == n - 1) {
+    next_ = 0;
+    ++stats_.training_steps;
+  } else {
+    next_ = s + 1;
+  }
+}
+
+void Executor::touch(StepIndex s, TensorId id) {
+  if (!running_ || *running_ != s)
+    throw Error(AUTOVM_ERR_STATE, "autovm_touch at step " + std::to_string(s) +
+                                      (running_ ? " while step " + std::to_string(*running_) +
+                                                      " is running"
+                                                : " while no step is running") +
+                                      "; touch tensors between step_begin and step_end");
+  const autovm_residency now = residency(id);
+  if (now == AUTOVM_RESIDENCY_RESIDENT) return;
+  ++stats_.violations;
+  if (!strict_) return;
+  const Tensor& t = tensor(id);
+  throw Error(AUTOVM_ERR_NOT_RESIDENT,
+              step_label(s) + " uses tensor '" + t.name + "' (id " + std::to_string(id) +
+                  "), which is " + describe(now) + " at that step; the plan does not keep it "
+                  "resident there: check it with 'autovm-inspect verify', or plan again");
+}
+
+autovm_stats Executor::stats() const { return stats_; }
+
+}  // namespace autovm::rt

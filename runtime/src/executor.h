@@ -1,0 +1,70 @@
+// Contract: the residency state machine of every tensor, driven by the trainer's step boundaries
+// and the plan's action schedule, by the table of docs/execution-model.md:
+//
+//   step_begin(s): [s == 0: move persistent tensors the plan keeps on the host there (first
+//                  training step only); issue actions with after_step -1]
+//                  allocate tensors whose lifetime starts at s (UNALLOCATED -> RESIDENT)
+//                  complete actions due before s: evict EVICTING -> ON_HOST,
+//                  prefetch PREFETCHING -> RESIDENT, recompute DISCARDED -> RESIDENT
+//                  check the resident bytes against the budget
+//   step_end(s):   issue actions with after_step s: evict RESIDENT -> EVICTING,
+//                  prefetch ON_HOST -> PREFETCHING, discard RESIDENT -> DISCARDED
+//                  [s == n-1: complete actions due by the end]
+//                  free tensors whose lifetime ends at s (-> UNALLOCATED; not persistent ones)
+//
+// So an evicted tensor is resident through ready_before_step - 1, a prefetched one from
+// after_step + 1, a discarded one is off from after_step + 1 and a recomputed one is resident
+// from ready_before_step. load_plan() has checked that every tensor's actions follow these
+// transitions in order; the executor asserts it.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "backend.h"
+#include "plan.h"
+
+namespace autovm::rt {
+
+class Executor {
+ public:
+  Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> backend, int64_t budget_bytes,
+           bool strict);
+
+  // Throw Error(AUTOVM_ERR_STATE) out of order. step_begin throws AUTOVM_ERR_OUT_OF_MEMORY in
+  // strict mode when the step is over the budget, after beginning it.
+  void step_begin(StepIndex s, void* stream);
+  void step_end(StepIndex s, void* stream);
+  // Error(AUTOVM_ERR_NOT_RESIDENT) in strict mode when t is not RESIDENT; a counted violation
+  // otherwise.
+  void touch(StepIndex s, TensorId t);
+
+  void* pointer(TensorId t) { return backend_->pointer(tensor(t)); }
+  autovm_residency residency(TensorId t) const { return state_[static_cast<size_t>(t)]; }
+  autovm_stats stats() const;
+  const Plan& plan() const { return *plan_; }
+
+ private:
+  const Tensor& tensor(TensorId t) const { return plan_->tensors[static_cast<size_t>(t)]; }
+  void set_state(TensorId t, autovm_residency next);
+  void issue(StepIndex after_step, void* stream);
+  void complete(StepIndex before_step, void* stream);
+  std::string step_label(StepIndex s) const;
+
+  std::shared_ptr<const Plan> plan_;
+  std::unique_ptr<Backend> backend_;
+  int64_t budget_bytes_;
+  bool strict_;
+
+  // The schedule, by step: [after_step + 1], [ready_before_step] (n: by the end), [first], [last].
+  std::vector<std::vector<size_t>> issued_after_, due_before_;
+  std::vector<std::vector<TensorId>> allocated_at_, freed_after_;
+
+  std::vector<autovm_residency> state_;  // [tensor]
+  std::optional<StepIndex> running_;     // between step_begin and step_end
+  StepIndex next_ = 0;                   // the step step_begin expects
+  autovm_stats stats_{};
+};
+
+}  // namespace autovm::rt

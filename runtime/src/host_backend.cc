@@ -1,0 +1,66 @@
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "backend.h"
+
+namespace autovm::rt {
+namespace {
+
+constexpr std::align_val_t kArenaAlignment{4096};
+
+struct ArenaDeleter {
+  void operator()(unsigned char* p) const { ::operator delete[](p, kArenaAlignment); }
+};
+
+class HostBackend final : public Backend {
+ public:
+  HostBackend(const Plan& plan, const HostBackendOptions& options) : shadow_(plan.tensors.size()) {
+    if (plan.arena_bytes > options.arena_cap_bytes) return;  // accounting only
+    const auto bytes = static_cast<size_t>(plan.arena_bytes > 0 ? plan.arena_bytes : 1);
+    try {
+      arena_.reset(static_cast<unsigned char*>(::operator new[](bytes, kArenaAlignment)));
+    } catch (const std::bad_alloc&) {
+      throw Error(AUTOVM_ERR_OUT_OF_MEMORY,
+                  "cannot allocate the host arena of " + std::to_string(plan.arena_bytes) +
+                      " bytes; lower host_arena_cap_bytes to run in accounting-only mode");
+    }
+    std::memset(arena_.get(), 0, bytes);
+  }
+
+  void* pointer(const Tensor& t) override { return arena_ ? arena_.get() + t.offset : nullptr; }
+  bool has_memory() const override { return arena_ != nullptr; }
+
+  void evict_issue(const Tensor& t, void*) override {
+    if (!arena_) return;
+    std::vector<unsigned char>& shadow = shadow_[static_cast<size_t>(t.id)];
+    shadow.resize(static_cast<size_t>(t.bytes));  // std::bad_alloc: reported as out of memory
+    std::memcpy(shadow.data(), arena_.get() + t.offset, shadow.size());
+  }
+  void evict_complete(const Tensor& t, void*) override { poison(t); }
+  void prefetch_issue(const Tensor&, void*) override {}
+  void prefetch_complete(const Tensor& t, void*) override {
+    if (!arena_) return;
+    const std::vector<unsigned char>& shadow = shadow_[static_cast<size_t>(t.id)];
+    if (shadow.size() != static_cast<size_t>(t.bytes))  // the plan checked: evict comes first
+      throw Error(AUTOVM_ERR_BACKEND, "prefetch of '" + t.name + "' finds no evicted copy");
+    std::memcpy(arena_.get() + t.offset, shadow.data(), shadow.size());
+  }
+  void discard(const Tensor& t, void*) override { poison(t); }
+
+ private:
+  void poison(const Tensor& t) {
+    if (arena_) std::memset(arena_.get() + t.offset, kPoison, static_cast<size_t>(t.bytes));
+  }
+
+  std::unique_ptr<unsigned char[], ArenaDeleter> arena_;
+  std::vector<std::vector<unsigned char>> shadow_;  // [tensor] its bytes while evicted
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_host_backend(const Plan& plan, const HostBackendOptions& options) {
+  return std::make_unique<HostBackend>(plan, options);
+}
+
+}  // namespace autovm::rt

@@ -1,0 +1,83 @@
+// Contract: the plan as the runtime sees it, read from JSON by load_plan() and validated so that
+// the executor never meets an id, a step or an offset out of range, nor an action sequence its
+// state machine cannot follow. Every problem throws rt::Error(AUTOVM_ERR_PLAN) naming the field
+// and index ("tensors[3].offset"). Names are kept for messages and lookups; the executor works
+// on integer ids only.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "autovm/autovm.h"
+
+namespace autovm::rt {
+
+// The one internal error type; converted to a status and a message at the C boundary.
+class Error : public std::runtime_error {
+ public:
+  Error(autovm_status status, std::string message)
+      : std::runtime_error(std::move(message)), status_(status) {}
+  autovm_status status() const { return status_; }
+
+ private:
+  autovm_status status_;
+};
+
+using TensorId = int32_t;
+using StepIndex = int64_t;  // an index into the steps; -1: before step 0; n: the end
+
+struct Tensor {
+  TensorId id = 0;
+  std::string name;
+  autovm_tensor_kind kind = AUTOVM_TENSOR_ACTIVATION;
+  std::string dtype;
+  int64_t bytes = 0;
+  int64_t offset = 0;
+  StepIndex first = 0, last = 0;  // lifetime, inclusive
+  bool persistent = false;
+  // The plan keeps it on the host between training steps: its first action in a step is a
+  // prefetch with no evict before it (execution model, rule 4).
+  bool starts_on_host = false;
+};
+
+struct Step {
+  StepIndex id = 0;
+  std::string op, phase, node;
+  std::vector<TensorId> inputs, outputs;
+  TensorId workspace = -1;
+};
+
+struct Action {
+  autovm_action_kind kind = AUTOVM_ACTION_ADVISE;
+  TensorId tensor = 0;
+  int64_t bytes = 0;
+  StepIndex after_step = -1;
+  StepIndex ready_before_step = 0;
+  StepIndex source_step = -1;
+  std::string advice;
+};
+
+struct Plan {
+  std::string source;  // the file, or "<memory>", for messages
+  int64_t arena_bytes = 0;
+  int64_t budget_bytes = 0;
+  std::vector<Tensor> tensors;
+  std::vector<Step> steps;
+  std::vector<Action> actions;
+  std::unordered_map<std::string, TensorId> by_name;  // names and aliases
+
+  StepIndex step_count() const { return static_cast<StepIndex>(steps.size()); }
+};
+
+// Parses and validates. source names the plan in messages.
+Plan load_plan(std::string_view json_text, std::string source);
+// Reads the file (AUTOVM_ERR_IO when it cannot), then load_plan.
+Plan load_plan_file(const std::string& path);
+
+const char* name(autovm_action_kind kind);
+
+}  // namespace autovm::rt
