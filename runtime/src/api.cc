@@ -3,6 +3,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "autovm/autovm.h"
 #include "backend.h"
@@ -223,7 +224,11 @@ autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtim
                   std::string(__func__) + ": budget_bytes and host_arena_cap_bytes must be >= 0 "
                                           "(0: the default)");
     std::unique_ptr<autovm::rt::Backend> backend;
-    switch (o.backend) {
+    // Read as an integer: a C caller may pass any value, and loading one outside the
+    // enumeration as the enum type is undefined in C++.
+    std::underlying_type_t<autovm_backend> kind;
+    std::memcpy(&kind, &o.backend, sizeof kind);
+    switch (kind) {
       case AUTOVM_BACKEND_HOST: {
         autovm::rt::HostBackendOptions host;
         if (o.host_arena_cap_bytes > 0) host.arena_cap_bytes = o.host_arena_cap_bytes;
@@ -238,7 +243,7 @@ autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtim
       default:
         throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
                     std::string(__func__) + ": unknown backend " +
-                        std::to_string(static_cast<int>(o.backend)));
+                        std::to_string(kind));
     }
     const int64_t budget = o.budget_bytes > 0 ? o.budget_bytes : p.budget_bytes;
     auto rt = std::make_unique<autovm_runtime>();

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "analysis/arena.h"
 #include "analysis/lifetimes.h"
 #include "analysis/timeline.h"
@@ -111,7 +113,7 @@ TEST_CASE("seeded random graphs: timeline matches brute force, arena never overl
     int tensors = 5 + int(rng() % 60);
     for (int i = 0; i < tensors; ++i) {
       auto kind = static_cast<TensorKind>(rng() % kTensorKindCount);
-      g.add_tensor("t" + std::to_string(i), kind, DType::u8, {int64_t(1 + rng() % 5000)});
+      g.add_tensor(fmt::format("t{}", i), kind, DType::u8, {int64_t(1 + rng() % 5000)});
     }
     int steps = 3 + int(rng() % 40);
     for (int s = 0; s < steps; ++s) {
