@@ -1,5 +1,5 @@
-// Replays fuzz inputs through LLVMFuzzerTestOneInput without libFuzzer (gcc builds): each file
-// named on the command line is one input.
+// Replays fuzz inputs through LLVMFuzzerTestOneInput without libFuzzer: each file named on the
+// command line is one input. Shared by the fuzz targets of tests/model and tests/runtime.
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
