@@ -9,7 +9,7 @@ AutoVM's divided by the lower bound. Checks the targets: AutoVM within 1.15x of 
 every row it fits, at least 2.5x faster than demand paging for VGG-19 at 50 %, and faster
 than every baseline that fits.
 
-usage: tools/bench/swap_table.py [--build build] [--devices h200-pcie,rtx3070-8gb]
+usage: tools/bench/swap_table.py [--build build] [--devices h200-pcie,rtx3070-8gb] [--mechanism NAME]
 """
 import argparse
 import json
@@ -24,9 +24,11 @@ CASES = [("vgg19", 64), ("vgg19", 128), ("vgg19", 256), ("resnet50", 128), ("res
 POLICIES = ["demand_paging", "vdnn", "save_on_cpu", "checkpoint"]
 
 
-def plan(build, model, batch, budget, device, out):
+def plan(build, model, batch, budget, device, out, mechanism=None):
     cmd = [os.path.join(build, "compiler/driver/autovm-plan"), os.path.join(ROOT, "models", model + ".onnx"),
            "--batch", str(batch), "--budget", budget, "--device", device, "-o", out, "--quiet"]
+    if mechanism:
+        cmd += ["--mechanism", mechanism]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode == 6:
         return None
@@ -39,6 +41,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--devices", default="h200-pcie,rtx3070-8gb")
+    ap.add_argument("--mechanism", help="transfer mechanism (default: each profile's own)")
     a = ap.parse_args()
     inspect = os.path.join(a.build, "tools/inspect/autovm-inspect")
     failures = []
@@ -54,7 +57,7 @@ def main():
                 budgets = [("75%", int(peak * 0.75)), ("50%", int(peak * 0.50)),
                            ("30%", int(peak * 0.30)), ("8 GB", 8 * 10**9)]
                 for label, budget in budgets:
-                    p = plan(a.build, model, batch, f"{budget}B", device, out)
+                    p = plan(a.build, model, batch, f"{budget}B", device, out, a.mechanism)
                     row = f"| {device} | {model} | {batch} | {label} ({budget / 1e9:.1f} GB) |"
                     if p is None:
                         print(row + " infeasible |" + " |" * (len(POLICIES) + 2))
