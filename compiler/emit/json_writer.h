@@ -62,8 +62,6 @@ class JsonWriter {
     end_array();
   }
 
-  std::string take() { return std::move(out_); }
-
  private:
   void open(char c) { comma(); out_ += c; first_.push_back(true); }
   void close(char c) { out_ += c; first_.pop_back(); }

@@ -19,29 +19,6 @@ bool cheap_to_recompute(const Step& s) {
   return true;
 }
 
-std::vector<int64_t> recomputable_bytes(const TrainingGraph& g, const std::vector<Lifetime>& life) {
-  std::vector<int64_t> delta(size_t(g.step_count()) + 1, 0);
-  for (const Gap& gp : find_gaps(g, life)) {
-    if (gp.wrap) continue;
-    const Step& producer = g.step(life[size_t(gp.tensor)].first);
-    if (producer.outputs.size() != 1 || producer.outputs[0] != gp.tensor ||
-        !cheap_to_recompute(producer))
-      continue;
-    // Its producer can only run again where every input is still alive.
-    bool inputs_alive = std::all_of(producer.inputs.begin(), producer.inputs.end(), [&](TensorId in) {
-      const Lifetime& l = life[size_t(in)];
-      return l.first <= gp.before && gp.before <= l.last;
-    });
-    if (!inputs_alive) continue;
-    delta[size_t(gp.after) + 1] += g.tensor(gp.tensor).bytes;
-    delta[size_t(gp.before)] -= g.tensor(gp.tensor).bytes;
-  }
-  std::vector<int64_t> out(size_t(g.step_count()));
-  int64_t run = 0;
-  for (size_t s = 0; s < out.size(); ++s) out[s] = run += delta[s];
-  return out;
-}
-
 std::vector<Gap> find_gaps(const TrainingGraph& g, const std::vector<Lifetime>& life) {
   std::vector<Gap> gaps;
   for (const Tensor& t : g.tensors) {

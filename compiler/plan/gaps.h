@@ -33,11 +33,6 @@ struct Gap {
 // place.
 bool cheap_to_recompute(const Step& step);
 
-// By step: bytes of live, unused tensors whose producer is cheap_to_recompute and whose
-// producer's inputs are still alive at the tensor's next use: an upper bound on what recomputing
-// single steps could take off the GPU (the lower bound counts them as free).
-std::vector<int64_t> recomputable_bytes(const TrainingGraph& graph, const std::vector<Lifetime>& life);
-
 std::vector<Gap> find_gaps(const TrainingGraph& graph, const std::vector<Lifetime>& life);
 
 std::vector<int64_t> unavoidable_bytes(const TrainingGraph& graph,

@@ -1,7 +1,6 @@
 #include "plan/swap_planner.h"
 
 #include <algorithm>
-#include <cassert>
 #include <limits>
 
 #include "plan/baselines.h"

@@ -28,25 +28,6 @@ bool dropout_is_training(const model::Model& m, const model::Node& n) {
 
 }  // namespace
 
-Step& add_step(TrainingGraph& g, std::string op, Phase phase, std::string node,
-               std::vector<TensorId> inputs, std::vector<TensorId> outputs, double flops,
-               TensorId workspace) {
-  Step s;
-  s.id = g.step_count();
-  s.op = std::move(op);
-  s.phase = phase;
-  s.node = std::move(node);
-  s.inputs = std::move(inputs);
-  s.outputs = std::move(outputs);
-  s.workspace = workspace;
-  s.flops = flops;
-  for (TensorId t : s.inputs) s.bytes_touched += g.tensor(t).bytes;
-  for (TensorId t : s.outputs) s.bytes_touched += g.tensor(t).bytes;
-  if (workspace != kNoTensor) s.bytes_touched += g.tensor(workspace).bytes;
-  g.steps.push_back(std::move(s));
-  return g.steps.back();
-}
-
 ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, TrainingStep& ts) {
   TrainingGraph& g = ts.graph;
   ForwardPass fp;

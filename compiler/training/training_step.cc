@@ -6,6 +6,25 @@
 
 namespace autovm::training {
 
+Step& add_step(TrainingGraph& g, std::string op, Phase phase, std::string node,
+               std::vector<TensorId> inputs, std::vector<TensorId> outputs, double flops,
+               TensorId workspace) {
+  Step s;
+  s.id = g.step_count();
+  s.op = std::move(op);
+  s.phase = phase;
+  s.node = std::move(node);
+  s.inputs = std::move(inputs);
+  s.outputs = std::move(outputs);
+  s.workspace = workspace;
+  s.flops = flops;
+  for (TensorId t : s.inputs) s.bytes_touched += g.tensor(t).bytes;
+  for (TensorId t : s.outputs) s.bytes_touched += g.tensor(t).bytes;
+  if (workspace != kNoTensor) s.bytes_touched += g.tensor(workspace).bytes;
+  g.steps.push_back(std::move(s));
+  return g.steps.back();
+}
+
 void detect_inference_export(const model::Model& m, TrainingStep& ts) {
   int bn = 0, bn_inference = 0, dropout = 0, conv = 0, conv_bias = 0;
   for (const auto& n : m.nodes) {

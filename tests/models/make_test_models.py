@@ -119,6 +119,21 @@ def _count(model: onnx.ModelProto) -> dict:
 
 # --------------------------------------------------------------------------- models
 
+def _small_cnn_weights(seed: int) -> list:
+    """Conv(3->8, 3x3) + BN(8) + Gemm(8->10) initializers shared by the small test CNNs."""
+    rng = np.random.RandomState(seed)
+    return [
+        _rng_tensor(rng, "conv.weight", (8, 3, 3, 3)),
+        _rng_tensor(rng, "conv.bias", (8,)),
+        numpy_helper.from_array(np.ones(8, np.float32), "bn.weight"),
+        numpy_helper.from_array(np.zeros(8, np.float32), "bn.bias"),
+        numpy_helper.from_array(np.zeros(8, np.float32), "bn.running_mean"),
+        numpy_helper.from_array(np.ones(8, np.float32), "bn.running_var"),
+        _rng_tensor(rng, "fc.weight", (10, 8)),
+        _rng_tensor(rng, "fc.bias", (10,)),
+    ]
+
+
 def make_dynamo_style(outdir: str) -> None:
     """dynamo_style.onnx: a small CNN written the way PyTorch 2.x's dynamo exporter writes it.
 
@@ -158,16 +173,7 @@ def make_dynamo_style(outdir: str) -> None:
     Integer initializers (shape constants): val_axes [2], val_expand_shape [2], val_unsq_axes [1].
     17 nodes.
     """
-    rng = np.random.RandomState(0)
-    inits = [
-        _rng_tensor(rng, "conv.weight", (8, 3, 3, 3)),
-        _rng_tensor(rng, "conv.bias", (8,)),
-        numpy_helper.from_array(np.ones(8, np.float32), "bn.weight"),
-        numpy_helper.from_array(np.zeros(8, np.float32), "bn.bias"),
-        numpy_helper.from_array(np.zeros(8, np.float32), "bn.running_mean"),
-        numpy_helper.from_array(np.ones(8, np.float32), "bn.running_var"),
-        _rng_tensor(rng, "fc.weight", (10, 8)),
-        _rng_tensor(rng, "fc.bias", (10,)),
+    inits = _small_cnn_weights(seed=0) + [
         _i64("val_axes", [2, 3]),
         _i64("val_unsq_axes", [0]),
         _i64("val_expand_shape", [1, 8]),
@@ -390,17 +396,7 @@ def make_resnet18_dynamo_style(outdir: str) -> None:
 
 def _small_cnn_graph(name: str):
     """Conv(3->8, 3x3, pad 1) -> BN (training) -> Relu -> GlobalAveragePool -> Flatten -> Gemm(8->10)."""
-    rng = np.random.RandomState(1)
-    inits = [
-        _rng_tensor(rng, "conv.weight", (8, 3, 3, 3)),
-        _rng_tensor(rng, "conv.bias", (8,)),
-        numpy_helper.from_array(np.ones(8, np.float32), "bn.weight"),
-        numpy_helper.from_array(np.zeros(8, np.float32), "bn.bias"),
-        numpy_helper.from_array(np.zeros(8, np.float32), "bn.running_mean"),
-        numpy_helper.from_array(np.ones(8, np.float32), "bn.running_var"),
-        _rng_tensor(rng, "fc.weight", (10, 8)),
-        _rng_tensor(rng, "fc.bias", (10,)),
-    ]
+    inits = _small_cnn_weights(seed=1)
     nodes = [
         helper.make_node("Conv", ["input", "conv.weight", "conv.bias"], ["conv_out"],
                          name="Conv_0", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
