@@ -189,6 +189,12 @@ std::vector<int64_t> resident_bytes(const TrainingGraph& g, const std::vector<Li
   std::vector<std::vector<Change>> changes(g.tensors.size());
   for (const Action& a : actions) {
     auto& c = changes[static_cast<size_t>(a.tensor)];
+    const Lifetime& l = life[static_cast<size_t>(a.tensor)];
+    if (a.kind == ActionKind::recompute && !l.persistent && a.ready_before_step > l.last) {
+      // A chain temporary: resident at ready_before_step only.
+      add(a.ready_before_step, a.ready_before_step, g.tensor(a.tensor).bytes);
+      continue;
+    }
     switch (a.kind) {
       case ActionKind::evict: c.push_back({a.ready_before_step, false}); break;
       case ActionKind::discard: c.push_back({a.after_step + 1, false}); break;

@@ -43,7 +43,8 @@ BaselinePlan baseline_save_on_cpu(const TrainingGraph& g, const std::vector<Life
                                   const std::string& mechanism);
 BaselinePlan baseline_checkpoint(const TrainingGraph& g, const std::vector<Lifetime>& life);
 
-// Resident bytes per step under a list of actions (execution-model.md's residency rules).
+// Resident bytes per step under a list of actions (execution-model.md's residency rules;
+// a chain temporary counts at its recompute's ready_before_step only).
 std::vector<int64_t> resident_bytes(const TrainingGraph& g, const std::vector<Lifetime>& life,
                                     const std::vector<Action>& actions);
 

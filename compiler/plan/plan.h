@@ -2,10 +2,12 @@
 // (schemas/plan.schema.json). Built by the driver's pipeline of passes; read by the emitter.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "analysis/arena.h"
+#include "analysis/pytorch_memory.h"
 #include "analysis/timeline.h"
 #include "training/training_step.h"
 
@@ -90,6 +92,9 @@ struct Plan {
   StepIndex bound_critical_step = -1;
   int64_t bound_must_move_bytes = 0;
   std::vector<Prediction> baselines;
+
+  // What plain PyTorch would allocate (autovm-plan --memory-model pytorch); absent otherwise.
+  std::optional<PytorchMemoryEstimate> pytorch_memory;
 };
 
 }  // namespace autovm

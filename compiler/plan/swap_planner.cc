@@ -1,7 +1,10 @@
 #include "plan/swap_planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <map>
+#include <set>
 
 #include "plan/baselines.h"
 #include "plan/gaps.h"
@@ -21,22 +24,72 @@ struct Choice {
   StepIndex hi = 0;
   bool recompute = false;
   StepIndex source = -1;
+  std::vector<TensorId> temporaries;  // recompute: chain temporaries new at hi + 1
 };
 
-struct Timing {
-  std::vector<double> start, end;  // nominal, without stalls
+// A recompute chain (docs/execution-model.md, "Recompute chains"): the forward steps that run
+// again just before step `at` to regenerate a tensor, in dependency (step) order. Their inputs
+// and outputs that are live at `at` stay resident there (pins); those whose lifetime has ended
+// are regenerated as temporaries, resident at `at` only.
+struct Chain {
+  StepIndex at = 0;
+  std::vector<StepIndex> steps;
+  std::vector<TensorId> temporaries;  // new at `at` (not made there by an earlier chain)
+  std::vector<TensorId> pins;
+  double cost_us = 0;                 // compute of the steps not already run at `at`
+  int64_t temporary_bytes = 0;
 };
 
-Timing nominal_timing(const std::vector<double>& compute_us) {
-  Timing t;
-  double now = 0;
-  for (double c : compute_us) {
-    t.start.push_back(now);
-    now += c;
-    t.end.push_back(now);
+constexpr size_t kMaxChainSteps = 12;
+// A transfer's cost counts this share of its link time even when it hides behind compute: the
+// link is shared and its hiding estimate is optimistic (copy streams run in issue order), so a
+// hidden transfer is not free next to a recompute. 0.1 and 0.2 gave the same swap table on the
+// h200-pcie and rtx3070-8gb profiles (2026-11-29); 0 moved 50 % more and stalled 5x as long.
+constexpr double kLinkWeight = 0.1;
+
+// Link time left in each step's compute window, for transfers to hide behind (one per
+// direction; one shared when the mechanism is not duplex). Range sums by a Fenwick tree; a
+// reservation fills the window from its front (evictions) or its back (prefetches).
+class LinkLoad {
+ public:
+  explicit LinkLoad(const std::vector<double>& compute_us)
+      : free_(compute_us), tree_(compute_us.size() + 1, 0) {
+    for (size_t i = 0; i < free_.size(); ++i) add(i, free_[i]);
   }
-  return t;
-}
+
+  // Link time free over steps [lo, hi] inclusive.
+  double available(StepIndex lo, StepIndex hi) const {
+    lo = std::max<StepIndex>(lo, 0);
+    hi = std::min<StepIndex>(hi, StepIndex(free_.size()) - 1);
+    if (lo > hi) return 0;
+    return prefix(size_t(hi) + 1) - prefix(size_t(lo));
+  }
+
+  void reserve(StepIndex lo, StepIndex hi, double us, bool from_front) {
+    lo = std::max<StepIndex>(lo, 0);
+    hi = std::min<StepIndex>(hi, StepIndex(free_.size()) - 1);
+    for (StepIndex k = 0; k <= hi - lo && us > 0; ++k) {
+      size_t s = size_t(from_front ? lo + k : hi - k);
+      double take = std::min(us, free_[s]);
+      if (take <= 0) continue;
+      free_[s] -= take;
+      add(s, -take);
+      us -= take;
+    }
+  }
+
+ private:
+  void add(size_t i, double v) {
+    for (++i; i < tree_.size(); i += i & (~i + 1)) tree_[i] += v;
+  }
+  double prefix(size_t i) const {  // sum of free_[0, i)
+    double sum = 0;
+    for (; i > 0; i -= i & (~i + 1)) sum += tree_[i];
+    return sum;
+  }
+  std::vector<double> free_;
+  std::vector<double> tree_;
+};
 
 class Selector {
  public:
@@ -44,20 +97,21 @@ class Selector {
            const std::vector<double>& compute_us, const Mechanism& mech, const SwapOptions& o,
            const std::vector<Action>& base)
       : g_(g), life_(life), compute_(compute_us), mech_(mech), opts_(o),
-        n_(g.step_count()), timing_(nominal_timing(compute_us)) {
+        n_(g.step_count()), to_host_(compute_us),
+        to_device_(compute_us), unavoidable_(unavoidable_bytes(g, life)) {
     std::vector<int64_t> resident = resident_bytes(g, life, base);
     excess_.resize(resident.size());
     for (size_t s = 0; s < resident.size(); ++s) excess_[s] = resident[s] - o.budget_bytes;
     off_.resize(g.tensors.size());
     pinned_.resize(g.tensors.size());
-    std::vector<bool> in_base(g.tensors.size(), false);
+    in_base_.assign(g.tensors.size(), false);
     for (const Action& a : base) {
-      in_base[size_t(a.tensor)] = true;
+      in_base_[size_t(a.tensor)] = true;
       if (a.kind == ActionKind::recompute)
         for (TensorId in : g.step(a.source_step).inputs) pinned_[size_t(in)].push_back(a.ready_before_step);
     }
     for (const Gap& gp : find_gaps(g, life))
-      if (!in_base[size_t(gp.tensor)]) gaps_.push_back(gp);
+      if (!in_base_[size_t(gp.tensor)]) gaps_.push_back(gp);
     taken_.assign(gaps_.size(), false);
   }
 
@@ -69,12 +123,12 @@ class Selector {
       if (worst == excess_.end() || *worst <= 0) break;
       auto s = static_cast<StepIndex>(worst - excess_.begin());
       refresh_over();
-      int best = pick(s);
-      if (best < 0) {
+      Option best = pick(s);
+      if (best.gap < 0) {
         stuck_step_ = s;
         return false;
       }
-      Choice c = make_choice(static_cast<size_t>(best), s);
+      Choice c = make_choice(best, s);
       apply(c);
       chosen.push_back(c);
     }
@@ -84,6 +138,16 @@ class Selector {
   StepIndex stuck_step() const { return stuck_step_; }
 
  private:
+  // The best way to take one gap's tensor off at the worst step.
+  struct Option {
+    int gap = -1;
+    bool recompute = false;
+    Chain chain;
+    StepIndex lo = 0, hi = 0;  // transfer: the off window
+    double cost_us = 0;        // recompute: its chain's compute; transfer: the stall estimate
+    int64_t bytes = 0;
+  };
+
   // Relief window of a gap: the over-budget steps it covers, as [lo, hi]. Uses next_over_ /
   // prev_over_, refreshed once per choice, so that it costs O(1).
   void window(const Gap& gp, StepIndex& lo, StepIndex& hi) const {
@@ -104,22 +168,66 @@ class Selector {
       prev_over_[size_t(s)] = excess_[size_t(s)] > 0 ? s : (s > 0 ? prev_over_[size_t(s) - 1] : -1);
   }
 
-  bool recomputable(const Gap& gp, StepIndex& source) const {
-    if (!opts_.allow_recompute || gp.wrap) return false;
-    const Lifetime& l = life_[size_t(gp.tensor)];
-    source = l.first;
-    const Step& p = g_.step(source);
-    if (p.outputs.size() != 1 || p.outputs[0] != gp.tensor || !cheap_to_recompute(p)) return false;
-    for (TensorId in : p.inputs) {
-      const Lifetime& li = life_[size_t(in)];
-      if (li.first > gp.before || li.last < gp.before) return false;
-      if (is_off(in, gp.before)) return false;
-    }
+  // Where a recompute of the gap's tensor runs: before its next use, or before the first step
+  // inside the gap where another chain needs it resident. -1: never before s.
+  StepIndex recompute_at(const Gap& gp, StepIndex s) const {
+    StepIndex at = gp.before;
     for (StepIndex pin : pinned_[size_t(gp.tensor)])
-      if (gp.after < pin && pin < gp.before) return false;  // another recompute needs it there
-    double link = mech_.to_host.time_us(g_.tensor(gp.tensor).bytes) +
-                  mech_.to_device.time_us(g_.tensor(gp.tensor).bytes);
-    return compute_[size_t(source)] < link;
+      if (gp.after < pin && pin < at) at = pin;
+    return at > s ? at : -1;
+  }
+
+  // Tensor y, touched by a chain step at `at`: live there (it must stay resident: a pin), or
+  // dead (a temporary, made by its own producer when `produce`). False when neither works.
+  bool need(TensorId y, bool produce, Chain& c) const {
+    const Lifetime& l = life_[size_t(y)];
+    if (g_.tensor(y).bytes == 0) return true;
+    if (l.persistent || (l.first <= c.at && c.at <= l.last)) {
+      if (in_base_[size_t(y)] || is_off(y, c.at)) return false;
+      c.pins.push_back(y);
+      return true;
+    }
+    if (l.first > c.at) return false;
+    auto made = temporaries_at_.find(c.at);
+    if (made != temporaries_at_.end() && made->second.count(y)) return true;  // an earlier chain's
+    if (std::find(c.temporaries.begin(), c.temporaries.end(), y) != c.temporaries.end()) return true;
+    c.temporaries.push_back(y);
+    c.temporary_bytes += g_.tensor(y).bytes;
+    return !produce || add_producer(y, c);
+  }
+
+  // Adds the producer of x (and, recursively, of its dead inputs) to the chain.
+  bool add_producer(TensorId x, Chain& c) const {
+    const Lifetime& l = life_[size_t(x)];
+    const TensorKind kind = g_.tensor(x).kind;
+    if (l.persistent || kind == TensorKind::input || kind == TensorKind::label) return false;
+    const Step& p = g_.step(l.first);
+    if (p.phase != Phase::forward || p.op == "Dropout") return false;
+    if (std::find(p.outputs.begin(), p.outputs.end(), x) == p.outputs.end()) return false;
+    if (std::find(p.inputs.begin(), p.inputs.end(), x) != p.inputs.end()) return false;
+    if (std::find(c.steps.begin(), c.steps.end(), p.id) != c.steps.end()) return true;
+    if (c.steps.size() >= kMaxChainSteps) return false;
+    c.steps.push_back(p.id);
+    for (TensorId o : p.outputs)
+      if (o != x && !need(o, false, c)) return false;
+    for (TensorId in : p.inputs)
+      if (!need(in, true, c)) return false;
+    return true;
+  }
+
+  // The chain that regenerates the gap's tensor before step `at`, if one can run there.
+  bool chain(const Gap& gp, StepIndex at, Chain& c) const {
+    c.at = at;
+    if (!add_producer(gp.tensor, c)) return false;
+    std::sort(c.steps.begin(), c.steps.end());
+    auto ran = ran_at_.find(at);
+    for (StepIndex q : c.steps)
+      if (ran == ran_at_.end() || !ran->second.count(q)) c.cost_us += compute_[size_t(q)];
+    // The temporaries must fit beside what step `at` needs anyway.
+    int64_t extra = c.temporary_bytes;
+    auto made = temporary_bytes_at_.find(at);
+    if (made != temporary_bytes_at_.end()) extra += made->second;
+    return unavoidable_[size_t(at)] + extra <= opts_.budget_bytes;
   }
 
   bool is_off(TensorId t, StepIndex s) const {
@@ -145,67 +253,105 @@ class Selector {
     return true;
   }
 
-  // Seconds of slack the gap's transfers have in the nominal timing (negative: a stall).
-  double slack(const Gap& gp, StepIndex lo, StepIndex hi) const {
-    int64_t bytes = g_.tensor(gp.tensor).bytes;
-    double out = mech_.to_host.time_us(bytes), in = mech_.to_device.time_us(bytes);
-    double total = timing_.end.empty() ? 0 : timing_.end.back();
-    double evict_by = gp.wrap && lo >= n_ ? total : timing_.start[size_t(lo)];
-    double fetch_from = gp.wrap && hi < 0 ? 0 : timing_.end[size_t(hi)];
-    double evict_slack = evict_by - timing_.end[size_t(gp.after)] - out;
-    double fetch_slack = timing_.start[size_t(gp.before)] - fetch_from - in;
-    return std::min(evict_slack, fetch_slack);
+  // The compute windows a transfer of the gap hides behind: evict over [after + 1, lo - 1],
+  // prefetch over [hi + 1, before - 1] (a wrap gap's windows run round the step's end).
+  struct Windows {
+    StepIndex evict_lo, evict_hi, fetch_lo, fetch_hi;
+  };
+  Windows windows(const Gap& gp, StepIndex lo, StepIndex hi) const {
+    return {gp.after + 1, std::min(lo, n_) - 1, std::max<StepIndex>(hi, -1) + 1, gp.before - 1};
   }
 
-  int pick(StepIndex s) const {
-    int best = -1;
-    bool best_hidden = false, best_clears = false;
-    double best_slack = -std::numeric_limits<double>::infinity();
-    int64_t best_bytes = 0;
+  // Microseconds the gap's transfers would stall the compute stream, with the link time that
+  // earlier choices already use (0: hidden).
+  double stall(const Gap& gp, StepIndex lo, StepIndex hi) const {
+    int64_t bytes = g_.tensor(gp.tensor).bytes;
+    Windows w = windows(gp, lo, hi);
+    const LinkLoad& in_load = mech_.duplex ? to_device_ : to_host_;
+    double out = mech_.to_host.time_us(bytes), in = mech_.to_device.time_us(bytes);
+    return std::max(0.0, out - to_host_.available(w.evict_lo, w.evict_hi)) +
+           std::max(0.0, in - in_load.available(w.fetch_lo, w.fetch_hi));
+  }
+
+  Option option(size_t i, StepIndex s) const {
+    const Gap& gp = gaps_[i];
+    Option o;
+    o.gap = int(i);
+    o.bytes = g_.tensor(gp.tensor).bytes;
+    window(gp, o.lo, o.hi);
+    bool movable = avoid_pins(gp, s, o.lo, o.hi);
+    int64_t bytes = o.bytes;
+    double link = mech_.to_host.time_us(bytes) + mech_.to_device.time_us(bytes);
+    o.cost_us = movable ? stall(gp, o.lo, o.hi) + kLinkWeight * link
+                        : std::numeric_limits<double>::infinity();
+    if (opts_.allow_recompute && !gp.wrap && o.cost_us > 0) {
+      StepIndex at = recompute_at(gp, s);
+      Chain c;
+      if (at > gp.after + 1 && chain(gp, at, c) && c.cost_us < o.cost_us) {
+        o.recompute = true;
+        o.cost_us = c.cost_us;
+        o.chain = std::move(c);
+      }
+    }
+    if (std::isinf(o.cost_us)) o.gap = -1;
+    return o;
+  }
+
+  // Free (hidden) options first: the smallest that clears s's excess, else the largest. Then
+  // the least cost per byte of s's excess cleared, the larger on a tie.
+  Option pick(StepIndex s) const {
+    Option best;
     int64_t need = excess_[size_t(s)];
     for (size_t i = 0; i < gaps_.size(); ++i) {
-      const Gap& gp = gaps_[i];
-      if (taken_[i] || !gp.covers(s)) continue;
-      StepIndex lo, hi, source;
-      window(gp, lo, hi);
-      if (!avoid_pins(gp, s, lo, hi)) continue;
-      int64_t bytes = g_.tensor(gp.tensor).bytes;
-      bool hidden = recomputable(gp, source) || slack(gp, lo, hi) >= 0;
-      double sl = hidden ? 0 : slack(gp, lo, hi);
-      bool clears = bytes >= need;
+      if (taken_[i] || !gaps_[i].covers(s)) continue;
+      Option o = option(i, s);
+      if (o.gap < 0) continue;
       bool better;
-      if (best < 0) better = true;
-      else if (hidden != best_hidden) better = hidden;
-      else if (!hidden) better = sl > best_slack || (sl == best_slack && bytes > best_bytes);
-      else if (clears != best_clears) better = clears;
-      else if (clears) better = bytes < best_bytes;  // the least overshoot
-      else better = bytes > best_bytes;              // the most progress
-      if (better) {
-        best = static_cast<int>(i);
-        best_hidden = hidden;
-        best_clears = clears;
-        best_slack = sl;
-        best_bytes = bytes;
+      if (best.gap < 0) {
+        better = true;
+      } else if ((o.cost_us == 0) != (best.cost_us == 0)) {
+        better = o.cost_us == 0;
+      } else if (o.cost_us == 0) {
+        bool clears = o.bytes >= need, best_clears = best.bytes >= need;
+        if (clears != best_clears) better = clears;
+        else if (clears) better = o.bytes < best.bytes;  // the least overshoot
+        else better = o.bytes > best.bytes;              // the most progress
+      } else {
+        double per = o.cost_us / double(std::min(o.bytes, need));
+        double best_per = best.cost_us / double(std::min(best.bytes, need));
+        better = per < best_per || (per == best_per && o.bytes > best.bytes);
       }
+      if (better) best = std::move(o);
     }
     return best;
   }
 
-  Choice make_choice(size_t i, StepIndex s) {
-    taken_[i] = true;
+  Choice make_choice(Option& o, StepIndex s) {
+    (void)s;
+    taken_[size_t(o.gap)] = true;
     Choice c;
-    c.gap = gaps_[i];
-    StepIndex source = -1;
-    if (recomputable(c.gap, source)) {
+    c.gap = gaps_[size_t(o.gap)];
+    if (o.recompute) {
+      const Chain& ch = o.chain;
       c.recompute = true;
-      c.source = source;
-      c.lo = c.gap.after + 1;  // dropping costs no time: off over the whole gap
-      c.hi = c.gap.before - 1;
-      for (TensorId in : g_.step(source).inputs) pinned_[size_t(in)].push_back(c.gap.before);
-    } else {
-      window(c.gap, c.lo, c.hi);
-      avoid_pins(c.gap, s, c.lo, c.hi);
+      c.source = life_[size_t(c.gap.tensor)].first;
+      c.lo = c.gap.after + 1;  // dropping costs no time: off until the chain runs
+      c.hi = ch.at - 1;
+      c.temporaries = ch.temporaries;
+      for (TensorId y : ch.pins) pinned_[size_t(y)].push_back(ch.at);
+      for (TensorId y : ch.temporaries) temporaries_at_[ch.at].insert(y);
+      for (StepIndex q : ch.steps) ran_at_[ch.at].insert(q);
+      temporary_bytes_at_[ch.at] += ch.temporary_bytes;
+      excess_[size_t(ch.at)] += ch.temporary_bytes;
+      return c;
     }
+    c.lo = o.lo;
+    c.hi = o.hi;
+    int64_t bytes = g_.tensor(c.gap.tensor).bytes;
+    Windows w = windows(c.gap, c.lo, c.hi);
+    to_host_.reserve(w.evict_lo, w.evict_hi, mech_.to_host.time_us(bytes), true);
+    (mech_.duplex ? to_device_ : to_host_)
+        .reserve(w.fetch_lo, w.fetch_hi, mech_.to_device.time_us(bytes), false);
     return c;
   }
 
@@ -226,26 +372,34 @@ class Selector {
   const Mechanism& mech_;
   const SwapOptions& opts_;
   StepIndex n_;
-  Timing timing_;
+  LinkLoad to_host_, to_device_;  // to_host_ is the shared queue when not duplex
+  std::vector<int64_t> unavoidable_;
   std::vector<int64_t> excess_;
   std::vector<Gap> gaps_;
   std::vector<bool> taken_;
+  std::vector<bool> in_base_;
   std::vector<std::vector<Choice>> off_;       // chosen windows by tensor
   std::vector<std::vector<StepIndex>> pinned_;  // steps where a recompute needs the tensor
+  std::map<StepIndex, std::set<TensorId>> temporaries_at_;  // chain temporaries by step
+  std::map<StepIndex, int64_t> temporary_bytes_at_;
+  std::map<StepIndex, std::set<StepIndex>> ran_at_;         // chain steps run before a step
   std::vector<StepIndex> next_over_;  // first over-budget step >= s (n if none)
   std::vector<StepIndex> prev_over_;  // last over-budget step <= s (-1 if none)
   StepIndex stuck_step_ = -1;
 };
 
-std::vector<Action> to_actions(const TrainingGraph& g, const std::vector<Choice>& chosen,
-                               const Mechanism& mech) {
+std::vector<Action> to_actions(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                               const std::vector<Choice>& chosen, const Mechanism& mech) {
   std::vector<Action> actions;
   StepIndex n = g.step_count();
   for (const Choice& c : chosen) {
     int64_t bytes = g.tensor(c.gap.tensor).bytes;
     if (c.recompute) {
       actions.push_back({ActionKind::discard, c.gap.tensor, bytes, c.gap.after, c.gap.after + 1, -1, "", "", 0, 0});
-      actions.push_back({ActionKind::recompute, c.gap.tensor, bytes, c.gap.before - 1, c.gap.before, c.source, "", "", 0, 0});
+      StepIndex at = c.hi + 1;
+      for (TensorId x : c.temporaries)
+        actions.push_back({ActionKind::recompute, x, g.tensor(x).bytes, at - 1, at, life[size_t(x)].first, "", "", 0, 0});
+      actions.push_back({ActionKind::recompute, c.gap.tensor, bytes, at - 1, at, c.source, "", "", 0, 0});
       continue;
     }
     // A wrap gap's window is lo = n when nothing at the end of the step is over budget, and
@@ -258,18 +412,42 @@ std::vector<Action> to_actions(const TrainingGraph& g, const std::vector<Choice>
   return actions;
 }
 
+// A recompute whose step lies after its tensor's lifetime: a chain temporary.
+bool is_temporary(const Action& a, const std::vector<Lifetime>& life) {
+  const Lifetime& l = life[size_t(a.tensor)];
+  return a.kind == ActionKind::recompute && !l.persistent && a.ready_before_step > l.last;
+}
+
 // A discard/recompute pair the budget does not need (the tensor fits over its whole off
-// interval) only costs compute: drop it, the costliest first.
-void drop_unneeded_recomputes(const TrainingGraph& g, int64_t budget,
-                              const std::vector<double>& compute_us, std::vector<int64_t>& resident,
-                              std::vector<Action>& actions) {
+// interval) only costs compute: drop it, the costliest first. Pairs whose chain made
+// temporaries, or that regenerate an input of another recompute, stay.
+void drop_unneeded_recomputes(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                              int64_t budget, const std::vector<double>& compute_us,
+                              std::vector<int64_t>& resident, std::vector<Action>& actions) {
+  std::vector<std::vector<size_t>> discards(g.tensors.size());  // by tensor
+  std::vector<std::vector<size_t>> consumers(g.tensors.size());  // recomputes reading it
+  std::set<std::pair<TensorId, StepIndex>> temporaries;
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    if (a.kind == ActionKind::discard) discards[size_t(a.tensor)].push_back(i);
+    if (a.kind != ActionKind::recompute) continue;
+    for (TensorId in : g.step(a.source_step).inputs) consumers[size_t(in)].push_back(i);
+    if (is_temporary(a, life)) temporaries.insert({a.tensor, a.ready_before_step});
+  }
   std::vector<std::pair<size_t, size_t>> pairs;  // (discard, recompute)
   for (size_t r = 0; r < actions.size(); ++r) {
-    if (actions[r].kind != ActionKind::recompute) continue;
-    for (size_t d = 0; d < actions.size(); ++d)
-      if (actions[d].kind == ActionKind::discard && actions[d].tensor == actions[r].tensor &&
-          actions[d].after_step < actions[r].ready_before_step)
-        pairs.push_back({d, r});
+    const Action& a = actions[r];
+    if (a.kind != ActionKind::recompute || is_temporary(a, life)) continue;
+    bool chained = false;
+    for (TensorId in : g.step(a.source_step).inputs)
+      chained |= temporaries.count({in, a.ready_before_step}) > 0;
+    if (chained) continue;
+    size_t best = actions.size();  // the last discard before it
+    for (size_t d : discards[size_t(a.tensor)])
+      if (actions[d].after_step < a.ready_before_step &&
+          (best == actions.size() || actions[d].after_step > actions[best].after_step))
+        best = d;
+    if (best < actions.size()) pairs.push_back({best, r});
   }
   std::sort(pairs.begin(), pairs.end(), [&](auto a, auto b) {
     double ca = compute_us[size_t(actions[a.second].source_step)];
@@ -278,13 +456,8 @@ void drop_unneeded_recomputes(const TrainingGraph& g, int64_t budget,
   });
   std::vector<bool> drop(actions.size(), false);
   for (auto [d, r] : pairs) {
-    // A recompute that regenerates inputs of another recompute must stay with it.
     bool feeds_other = false;
-    for (auto [d2, r2] : pairs) {
-      if (r2 == r || drop[r2]) continue;
-      const auto& ins = g.step(actions[r2].source_step).inputs;
-      feeds_other |= std::find(ins.begin(), ins.end(), actions[r].tensor) != ins.end();
-    }
+    for (size_t r2 : consumers[size_t(actions[r].tensor)]) feeds_other |= r2 != r && !drop[r2];
     if (feeds_other) continue;
     StepIndex lo = actions[d].after_step + 1, hi = actions[r].ready_before_step - 1;
     int64_t bytes = actions[d].bytes;
@@ -304,7 +477,7 @@ void drop_unneeded_recomputes(const TrainingGraph& g, int64_t budget,
 void widen(const TrainingGraph& g, const std::vector<Lifetime>& life, int64_t budget,
            const std::vector<double>& compute_us, std::vector<Action>& actions) {
   std::vector<int64_t> resident = resident_bytes(g, life, actions);
-  drop_unneeded_recomputes(g, budget, compute_us, resident, actions);
+  drop_unneeded_recomputes(g, life, budget, compute_us, resident, actions);
   // Pair each non-wrap evict with its prefetch (they were emitted next to each other).
   std::vector<size_t> order;
   for (size_t i = 0; i + 1 < actions.size(); ++i)
@@ -352,12 +525,16 @@ std::vector<Action> plan_swaps(const TrainingGraph& g, const std::vector<Lifetim
                 fmt::format("no plan found for the budget {}: step {} stays over it with every "
                             "tensor that could leave already off; raise --budget",
                             format_bytes(o.budget_bytes), selector.stuck_step()));
-  std::vector<Action> actions = to_actions(g, chosen, mech);
+  std::vector<Action> actions = to_actions(g, life, chosen, mech);
   actions.insert(actions.begin(), base.begin(), base.end());
   widen(g, life, o.budget_bytes, compute_us, actions);
   std::sort(actions.begin(), actions.end(), [](const Action& a, const Action& b) {
     if (a.after_step != b.after_step) return a.after_step < b.after_step;
     if (a.ready_before_step != b.ready_before_step) return a.ready_before_step < b.ready_before_step;
+    // Recomputes before one step run in dependency order: forward steps in step order.
+    StepIndex sa = a.kind == ActionKind::recompute ? a.source_step : -1;
+    StepIndex sb = b.kind == ActionKind::recompute ? b.source_step : -1;
+    if (sa != sb) return sa < sb;
     if (a.tensor != b.tensor) return a.tensor < b.tensor;
     return a.kind < b.kind;
   });

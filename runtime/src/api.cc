@@ -84,6 +84,72 @@ void check_step(const autovm::rt::Plan& p, int64_t step, const char* function) {
                     " is out of range [0, " + std::to_string(p.step_count()) + ")");
 }
 
+autovm_runtime_options default_options() {
+  autovm_runtime_options o{};
+  o.backend = AUTOVM_BACKEND_HOST;
+  o.mechanism = AUTOVM_MECHANISM_PLAN;
+  o.mode = AUTOVM_MODE_PLAN;
+  o.device = 0;
+  o.free_margin_bytes = 0;
+  o.allow_oversubscribe = 0;
+  return o;
+}
+
+// Enumerations from a C caller are read as integers: a value outside the enumeration, loaded
+// as the enum type, is undefined in C++.
+template <typename E>
+std::underlying_type_t<E> int_of(const E& value) {
+  std::underlying_type_t<E> i;
+  std::memcpy(&i, &value, sizeof i);
+  return i;
+}
+
+int kind_of(const autovm_backend& b) { return static_cast<int>(int_of(b)); }
+
+autovm_mode checked_mode(const autovm_mode& m) {
+  const auto i = int_of(m);
+  if (i < AUTOVM_MODE_PLAN || i > AUTOVM_MODE_RESIDENT)
+    throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                "autovm_runtime_create: unknown mode " + std::to_string(i));
+  return static_cast<autovm_mode>(i);
+}
+
+// The plan's mechanism by name; staged for names the CUDA backend has no mechanism for
+// (pinned_copy and the like: the copy engine through pinned buffers is what staged does).
+autovm_mechanism resolve_mechanism(const autovm_mechanism& asked, const autovm::rt::Plan& p) {
+  const auto i = int_of(asked);
+  if (i < AUTOVM_MECHANISM_PLAN || i > AUTOVM_MECHANISM_MAPPED)
+    throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                "autovm_runtime_create: unknown mechanism " + std::to_string(i));
+  if (i != AUTOVM_MECHANISM_PLAN) return static_cast<autovm_mechanism>(i);
+  if (p.mechanism == "prefetch") return AUTOVM_MECHANISM_PREFETCH;
+  if (p.mechanism == "mapped") return AUTOVM_MECHANISM_MAPPED;
+  return AUTOVM_MECHANISM_STAGED;
+}
+
+std::unique_ptr<autovm::rt::Backend> make_cuda(const autovm::rt::Plan& p,
+                                               const autovm_runtime_options& o) {
+#ifdef AUTOVM_WITH_CUDA
+  if (o.free_margin_bytes < 0)
+    throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                "autovm_runtime_create: free_margin_bytes must be >= 0 (0: 1 GiB)");
+  autovm::rt::CudaBackendOptions cuda;
+  cuda.mechanism = resolve_mechanism(o.mechanism, p);
+  cuda.mode = checked_mode(o.mode);
+  cuda.device = o.device;
+  if (o.free_margin_bytes > 0) cuda.free_margin_bytes = o.free_margin_bytes;
+  cuda.allow_oversubscribe = o.allow_oversubscribe != 0;
+  return autovm::rt::make_cuda_backend(p, cuda);
+#else
+  (void)p;
+  (void)o;
+  throw Error(AUTOVM_ERR_BACKEND,
+              "autovm_runtime_create: this libautovm was built without CUDA (meson option "
+              "-Dcuda=enabled and a CUDA toolkit at -Dtoolkit_root build it); use "
+              "AUTOVM_BACKEND_HOST");
+#endif
+}
+
 }  // namespace
 
 extern "C" {
@@ -186,7 +252,7 @@ autovm_status autovm_plan_step_info(const autovm_plan* plan, int64_t step, autov
     const auto& s = p.steps[static_cast<size_t>(step)];
     *out = autovm_step_info{s.id,           s.op.c_str(),      s.phase.c_str(),
                             s.node.c_str(), s.inputs.data(),   s.inputs.size(),
-                            s.outputs.data(), s.outputs.size(), s.workspace};
+                            s.outputs.data(), s.outputs.size(), s.workspace, s.compute_us};
   });
 }
 
@@ -208,7 +274,7 @@ autovm_status autovm_plan_action_info(const autovm_plan* plan, int64_t index,
 autovm_status autovm_runtime_options_init(autovm_runtime_options* options) {
   return guard([&] {
     need(options, __func__, "options");
-    *options = autovm_runtime_options{AUTOVM_BACKEND_HOST, 0, 0, 0};
+    *options = default_options();
   });
 }
 
@@ -217,12 +283,17 @@ autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtim
   return guard([&] {
     const auto& p = plan_of(plan, __func__);
     need(out, __func__, "out");
-    autovm_runtime_options o{AUTOVM_BACKEND_HOST, 0, 0, 0};
+    autovm_runtime_options o = default_options();
     if (options != nullptr) o = *options;
     if (o.budget_bytes < 0 || o.host_arena_cap_bytes < 0)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
                   std::string(__func__) + ": budget_bytes and host_arena_cap_bytes must be >= 0 "
                                           "(0: the default)");
+    const autovm_mode mode = checked_mode(o.mode);
+    if (kind_of(o.backend) == AUTOVM_BACKEND_HOST && mode == AUTOVM_MODE_DEMAND_PAGING)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                  std::string(__func__) + ": demand paging needs the CUDA backend (pages fault "
+                                          "back only in managed memory)");
     std::unique_ptr<autovm::rt::Backend> backend;
     // Read as an integer: a C caller may pass any value, and loading one outside the
     // enumeration as the enum type is undefined in C++.
@@ -235,11 +306,9 @@ autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtim
         backend = autovm::rt::make_host_backend(p, host);
         break;
       }
-      case AUTOVM_BACKEND_CUDA_MANAGED:
-      case AUTOVM_BACKEND_CUDA_DEVICE:
-        throw Error(AUTOVM_ERR_BACKEND,
-                    std::string(__func__) + ": CUDA backends are not built into this libautovm "
-                                            "yet; use AUTOVM_BACKEND_HOST");
+      case AUTOVM_BACKEND_CUDA:
+        backend = make_cuda(p, o);
+        break;
       default:
         throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
                     std::string(__func__) + ": unknown backend " +
@@ -249,7 +318,7 @@ autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtim
     auto rt = std::make_unique<autovm_runtime>();
     rt->plan = plan->plan;
     rt->executor = std::make_unique<autovm::rt::Executor>(plan->plan, std::move(backend), budget,
-                                                          o.strict != 0);
+                                                          o.strict != 0, mode);
     *out = rt.release();
   });
 }
@@ -304,6 +373,27 @@ autovm_status autovm_runtime_stats(const autovm_runtime* rt, autovm_stats* out) 
     need(out, __func__, "out");
     *out = e.stats();
   });
+}
+
+autovm_status autovm_runtime_stats_reset(autovm_runtime* rt) {
+  return guard([&] { executor_of(rt, __func__).reset_stats(); });
+}
+
+autovm_status autovm_step_stall_us(const autovm_runtime* rt, int64_t step, double* out) {
+  return guard([&] {
+    auto& e = executor_of(rt, __func__);
+    need(out, __func__, "out");
+    check_step(e.plan(), step, __func__);
+    *out = e.step_stall_us(step);
+  });
+}
+
+int autovm_cuda_built(void) {
+#ifdef AUTOVM_WITH_CUDA
+  return 1;
+#else
+  return 0;
+#endif
 }
 
 }  // extern "C"

@@ -1,22 +1,43 @@
 // Contract: what the executor asks of the memory underneath it. The executor owns the residency
-// bookkeeping (when a tensor is resident, docs/execution-model.md); a backend only moves bytes.
-// Calls come in the executor's order for each tensor: evict_issue, then evict_complete; prefetch_issue,
-// then prefetch_complete; discard alone. `stream` is the trainer's compute stream (CUDA backends
-// record and wait on events against it; the host backend ignores it). Failures throw rt::Error.
+// bookkeeping (when a tensor is resident, docs/execution-model.md); a backend only moves bytes
+// and orders its work against the trainer's compute stream.
+//
+// Calls come in the executor's order. Per training-step boundary: step_enqueued(s) once the
+// trainer has enqueued step s (s = -1: before step 0), then the actions issued after s. Per
+// tensor: evict_issue, then evict_complete; prefetch_issue, then prefetch_complete; discard, then
+// (maybe) recompute_prepare. At step_begin(s): the completions due before s, then waits_done(s).
+// `stream` is the trainer's compute stream (the CUDA backend records and waits on events against
+// it; the host backend ignores it). Failures throw rt::Error.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "plan.h"
 
 namespace autovm::rt {
+
+// Stalls measured on the compute stream, by step (CUDA backend; empty elsewhere).
+struct StallTimes {
+  std::vector<double> by_step_us;  // [step] summed over the waits measured
+  double total_us = 0;
+  int64_t late = 0;      // waits that held the compute stream longer than kLateUs
+  int64_t measured = 0;  // waits timed
+};
+inline constexpr double kLateUs = 5.0;
 
 class Backend {
  public:
   virtual ~Backend() = default;
   // Where the tensor lies; nullptr when the backend has no memory (accounting only).
   virtual void* pointer(const Tensor& t) = 0;
+  // The address `offset` bytes into the backend's memory (the arena, then the room for chain
+  // temporaries: Plan::memory_bytes()); nullptr in accounting-only mode.
+  virtual void* at(int64_t offset) = 0;
   virtual bool has_memory() const = 0;
+  // The trainer has enqueued step s on `stream` (-1: the start of the training step): copies
+  // issued from here on may start once the stream passes this point.
+  virtual void step_enqueued(StepIndex, void*) {}
   // Copy the tensor's bytes to host memory (issued after its last use before the eviction).
   virtual void evict_issue(const Tensor& t, void* stream) = 0;
   // The copy is complete: release the tensor's memory.
@@ -27,6 +48,14 @@ class Backend {
   virtual void prefetch_complete(const Tensor& t, void* stream) = 0;
   // Drop the tensor's memory without a copy.
   virtual void discard(const Tensor& t, void* stream) = 0;
+  // A discarded tensor is about to be written again by a recomputation: its memory must be back
+  // (its contents need not be) before the step.
+  virtual void recompute_prepare(const Tensor&, void*) {}
+  // step_begin(s) has made every wait it needs before step s.
+  virtual void waits_done(StepIndex, void*) {}
+  // The stalls measured so far (may synchronise with the device); reset_stalls() zeroes them.
+  virtual StallTimes stalls() { return {}; }
+  virtual void reset_stalls() {}
 };
 
 struct HostBackendOptions {
@@ -38,5 +67,15 @@ struct HostBackendOptions {
 std::unique_ptr<Backend> make_host_backend(const Plan& plan, const HostBackendOptions& options);
 
 inline constexpr unsigned char kPoison = 0xA5;
+
+// The CUDA backend (runtime/src/cuda_backend.cc), in builds with CUDA (AUTOVM_WITH_CUDA).
+struct CudaBackendOptions {
+  autovm_mechanism mechanism = AUTOVM_MECHANISM_STAGED;  // resolved: never MECHANISM_PLAN
+  autovm_mode mode = AUTOVM_MODE_PLAN;
+  int device = 0;
+  int64_t free_margin_bytes = int64_t{1} << 30;
+  bool allow_oversubscribe = false;
+};
+std::unique_ptr<Backend> make_cuda_backend(const Plan& plan, const CudaBackendOptions& options);
 
 }  // namespace autovm::rt

@@ -27,18 +27,22 @@ const char* describe(autovm_residency r) {
 }  // namespace
 
 Executor::Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> backend,
-                   int64_t budget_bytes, bool strict)
+                   int64_t budget_bytes, bool strict, autovm_mode mode)
     : plan_(std::move(plan)), backend_(std::move(backend)), budget_bytes_(budget_bytes),
-      strict_(strict) {
+      strict_(strict), mode_(mode) {
   const auto n = static_cast<size_t>(plan_->step_count());
   issued_after_.resize(n + 1);
   due_before_.resize(n + 1);
   allocated_at_.resize(n);
   freed_after_.resize(n);
-  for (size_t i = 0; i < plan_->actions.size(); ++i) {
+  const size_t scheduled = mode_ == AUTOVM_MODE_RESIDENT ? 0 : plan_->actions.size();
+  for (size_t i = 0; i < scheduled; ++i) {
     const Action& a = plan_->actions[i];
     if (a.kind == AUTOVM_ACTION_RECOMPUTE) {
       due_before_[static_cast<size_t>(a.ready_before_step)].push_back(i);
+      const Tensor& t = plan_->tensors[static_cast<size_t>(a.tensor)];
+      if (!t.persistent && a.ready_before_step > t.last)  // a chain temporary: freed after it
+        freed_after_[static_cast<size_t>(a.ready_before_step)].push_back(a.tensor);
       continue;
     }
     issued_after_[static_cast<size_t>(a.after_step + 1)].push_back(i);
@@ -46,6 +50,7 @@ Executor::Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> ba
       due_before_[static_cast<size_t>(a.ready_before_step)].push_back(i);
   }
   state_.assign(plan_->tensors.size(), AUTOVM_RESIDENCY_UNALLOCATED);
+  temporary_offset_.assign(plan_->tensors.size(), -1);
   for (const Tensor& t : plan_->tensors) {
     if (t.persistent) {
       set_state(t.id, AUTOVM_RESIDENCY_RESIDENT);
@@ -90,7 +95,7 @@ void Executor::issue(StepIndex after_step, void* stream) {
       case AUTOVM_ACTION_PREFETCH:
         assert(now == AUTOVM_RESIDENCY_ON_HOST);
         set_state(t.id, AUTOVM_RESIDENCY_PREFETCHING);
-        backend_->prefetch_issue(t, stream);
+        if (mode_ != AUTOVM_MODE_DEMAND_PAGING) backend_->prefetch_issue(t, stream);
         stats_.bytes_to_device += a.bytes;
         ++stats_.prefetches;
         break;
@@ -121,11 +126,20 @@ void Executor::complete(StepIndex before_step, void* stream) {
         break;
       case AUTOVM_ACTION_PREFETCH:
         if (now != AUTOVM_RESIDENCY_PREFETCHING) break;
-        backend_->prefetch_complete(t, stream);
+        if (mode_ != AUTOVM_MODE_DEMAND_PAGING) backend_->prefetch_complete(t, stream);
         set_state(t.id, AUTOVM_RESIDENCY_RESIDENT);
         break;
       case AUTOVM_ACTION_RECOMPUTE:
+        if (now == AUTOVM_RESIDENCY_UNALLOCATED) {  // a chain temporary, resident for this step
+          assert(a.temporary_offset >= 0);
+          temporary_offset_[static_cast<size_t>(t.id)] = a.temporary_offset;
+          set_state(t.id, AUTOVM_RESIDENCY_RESIDENT);
+          ++stats_.recomputes;
+          break;
+        }
+        if (now == AUTOVM_RESIDENCY_RESIDENT) break;  // the same temporary named twice
         assert(now == AUTOVM_RESIDENCY_DISCARDED);
+        backend_->recompute_prepare(t, stream);
         set_state(t.id, AUTOVM_RESIDENCY_RESIDENT);
         ++stats_.recomputes;
         break;
@@ -145,7 +159,8 @@ void Executor::step_begin(StepIndex s, void* stream) {
                 "autovm_step_begin(" + std::to_string(s) + ") out of order: the next step is " +
                     std::to_string(next_) + " (steps run 0.." + std::to_string(n - 1) +
                     ", then a new training step starts at 0)");
-  if (s == 0) {
+  if (s == 0 && mode_ != AUTOVM_MODE_RESIDENT) {
+    backend_->step_enqueued(-1, stream);
     for (const Tensor& t : plan_->tensors) {
       if (!t.starts_on_host || residency(t.id) != AUTOVM_RESIDENCY_RESIDENT) continue;
       backend_->evict_issue(t, stream);
@@ -157,9 +172,10 @@ void Executor::step_begin(StepIndex s, void* stream) {
   }
   for (TensorId t : allocated_at_[static_cast<size_t>(s)]) set_state(t, AUTOVM_RESIDENCY_RESIDENT);
   complete(s, stream);
+  backend_->waits_done(s, stream);
   running_ = s;
   stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
-  if (stats_.resident_bytes > budget_bytes_) {
+  if (mode_ != AUTOVM_MODE_RESIDENT && stats_.resident_bytes > budget_bytes_) {
     ++stats_.violations;
     if (strict_)
       throw Error(AUTOVM_ERR_OUT_OF_MEMORY,
@@ -178,9 +194,13 @@ void Executor::step_end(StepIndex s, void* stream) {
                     std::to_string(s) + ")" +
                     (running_ ? "; step " + std::to_string(*running_) + " is running"
                               : "; no step is running"));
+  backend_->step_enqueued(s, stream);
   issue(s, stream);
   if (s == n - 1) complete(n, stream);
-  for (TensorId t : freed_after_[static_cast<size_t>(s)]) set_state(t, AUTOVM_RESIDENCY_UNALLOCATED);
+  for (TensorId t : freed_after_[static_cast<size_t>(s)]) {
+    set_state(t, AUTOVM_RESIDENCY_UNALLOCATED);
+    temporary_offset_[static_cast<size_t>(t)] = -1;
+  }
   running_.reset();
   if (s == n - 1) {
     next_ = 0;
@@ -208,6 +228,28 @@ void Executor::touch(StepIndex s, TensorId id) {
                   "resident there: check it with 'autovm-inspect verify', or plan again");
 }
 
-autovm_stats Executor::stats() const { return stats_; }
+autovm_stats Executor::stats() const {
+  autovm_stats out = stats_;
+  const StallTimes stalls = backend_->stalls();
+  out.stall_us = stalls.total_us;
+  out.late_prefetches = stalls.late;
+  out.measured_waits = stalls.measured;
+  return out;
+}
+
+void Executor::reset_stats() {
+  const autovm_stats keep = stats_;
+  stats_ = autovm_stats{};
+  stats_.resident_bytes = keep.resident_bytes;
+  stats_.peak_resident_bytes = keep.resident_bytes;
+  stats_.accounting_only = keep.accounting_only;
+  backend_->reset_stalls();
+}
+
+double Executor::step_stall_us(StepIndex s) const {
+  const StallTimes stalls = backend_->stalls();
+  const auto i = static_cast<size_t>(s);
+  return i < stalls.by_step_us.size() ? stalls.by_step_us[i] : 0.0;
+}
 
 }  // namespace autovm::rt

@@ -12,6 +12,10 @@
 //                  [s == n-1: complete actions due by the end]
 //                  free tensors whose lifetime ends at s (-> UNALLOCATED; not persistent ones)
 //
+// Modes (autovm_mode): PLAN follows every action; DEMAND_PAGING follows them too but never asks
+// the backend to prefetch (the tensor counts as resident again at the same points: its pages
+// fault back when touched); RESIDENT ignores every action and the budget.
+//
 // So an evicted tensor is resident through ready_before_step - 1, a prefetched one from
 // after_step + 1, a discarded one is off from after_step + 1 and a recomputed one is resident
 // from ready_before_step. load_plan() has checked that every tensor's actions follow these
@@ -30,7 +34,7 @@ namespace autovm::rt {
 class Executor {
  public:
   Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> backend, int64_t budget_bytes,
-           bool strict);
+           bool strict, autovm_mode mode = AUTOVM_MODE_PLAN);
 
   // Throw Error(AUTOVM_ERR_STATE) out of order. step_begin throws AUTOVM_ERR_OUT_OF_MEMORY in
   // strict mode when the step is over the budget, after beginning it.
@@ -40,9 +44,16 @@ class Executor {
   // otherwise.
   void touch(StepIndex s, TensorId t);
 
-  void* pointer(TensorId t) { return backend_->pointer(tensor(t)); }
+  // A chain temporary lies after the arena while it exists (Action::temporary_offset).
+  void* pointer(TensorId t) {
+    const int64_t temp = temporary_offset_[static_cast<size_t>(t)];
+    return temp >= 0 ? backend_->at(plan_->arena_bytes + temp) : backend_->pointer(tensor(t));
+  }
   autovm_residency residency(TensorId t) const { return state_[static_cast<size_t>(t)]; }
+  // Reads the backend's stall timings too (may synchronise with the device).
   autovm_stats stats() const;
+  void reset_stats();
+  double step_stall_us(StepIndex s) const;
   const Plan& plan() const { return *plan_; }
 
  private:
@@ -56,12 +67,14 @@ class Executor {
   std::unique_ptr<Backend> backend_;
   int64_t budget_bytes_;
   bool strict_;
+  autovm_mode mode_;
 
   // The schedule, by step: [after_step + 1], [ready_before_step] (n: by the end), [first], [last].
   std::vector<std::vector<size_t>> issued_after_, due_before_;
   std::vector<std::vector<TensorId>> allocated_at_, freed_after_;
 
   std::vector<autovm_residency> state_;  // [tensor]
+  std::vector<int64_t> temporary_offset_;  // [tensor] while it is a chain temporary; else -1
   std::optional<StepIndex> running_;     // between step_begin and step_end
   StepIndex next_ = 0;                   // the step step_begin expects
   autovm_stats stats_{};

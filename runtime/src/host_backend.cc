@@ -16,19 +16,20 @@ struct ArenaDeleter {
 class HostBackend final : public Backend {
  public:
   HostBackend(const Plan& plan, const HostBackendOptions& options) : shadow_(plan.tensors.size()) {
-    if (plan.arena_bytes > options.arena_cap_bytes) return;  // accounting only
-    const auto bytes = static_cast<size_t>(plan.arena_bytes > 0 ? plan.arena_bytes : 1);
+    if (plan.memory_bytes() > options.arena_cap_bytes) return;  // accounting only
+    const auto bytes = static_cast<size_t>(plan.memory_bytes() > 0 ? plan.memory_bytes() : 1);
     try {
       arena_.reset(static_cast<unsigned char*>(::operator new[](bytes, kArenaAlignment)));
     } catch (const std::bad_alloc&) {
       throw Error(AUTOVM_ERR_OUT_OF_MEMORY,
-                  "cannot allocate the host arena of " + std::to_string(plan.arena_bytes) +
+                  "cannot allocate the host arena of " + std::to_string(plan.memory_bytes()) +
                       " bytes; lower host_arena_cap_bytes to run in accounting-only mode");
     }
     std::memset(arena_.get(), 0, bytes);
   }
 
-  void* pointer(const Tensor& t) override { return arena_ ? arena_.get() + t.offset : nullptr; }
+  void* pointer(const Tensor& t) override { return at(t.offset); }
+  void* at(int64_t offset) override { return arena_ ? arena_.get() + offset : nullptr; }
   bool has_memory() const override { return arena_ != nullptr; }
 
   void evict_issue(const Tensor& t, void*) override {

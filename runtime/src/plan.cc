@@ -1,6 +1,7 @@
 #include "plan.h"
 
 #include <algorithm>
+#include <map>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -175,6 +176,12 @@ void read_steps(const Reader& r, const json& root, Plan& p) {
     const json& ws = r.field(s, where, "workspace");
     if (!ws.is_null())
       out.workspace = static_cast<TensorId>(r.integer(ws, where + ".workspace", 0, tensor_count - 1));
+    // Optional: the planner's predicted compute time, which autovm-replay runs for.
+    if (auto c = s.find("compute_us"); c != s.end()) {
+      if (!c->is_number() || !(c->get<double>() >= 0.0) || c->get<double>() > 1e12)
+        r.fail(where + ".compute_us", "is not a number of microseconds in [0, 1e12]");
+      out.compute_us = c->get<double>();
+    }
     p.steps.push_back(std::move(out));
   }
 }
@@ -250,7 +257,10 @@ void read_actions(const Reader& r, const json& root, Plan& p) {
                          ", ", t.last, "]"));
     } else if (out.kind != AUTOVM_ACTION_ADVISE) {
       StepIndex from = out.kind == AUTOVM_ACTION_PREFETCH ? out.after_step + 1 : out.ready_before_step;
-      if (from < t.first || from > t.last)
+      // A recompute after a non-persistent tensor's lifetime is a chain temporary (execution
+      // model, "Recompute chains and temporaries"): resident at that one step.
+      const bool temporary = out.kind == AUTOVM_ACTION_RECOMPUTE && !t.persistent && from > t.last;
+      if (!temporary && (from < t.first || from > t.last))
         r.fail(what, cat("brings the tensor back at step ", from, ", outside its lifetime [",
                          t.first, ", ", t.last, "]"));
     }
@@ -277,9 +287,13 @@ int64_t complete_point(const Action& a, StepIndex n) {
 void check_sequences(const Reader& r, Plan& p) {
   const StepIndex n = p.step_count();
   std::vector<std::vector<size_t>> by_tensor(p.tensors.size());
-  for (size_t i = 0; i < p.actions.size(); ++i)
-    if (p.actions[i].kind != AUTOVM_ACTION_ADVISE)
-      by_tensor[static_cast<size_t>(p.actions[i].tensor)].push_back(i);
+  for (size_t i = 0; i < p.actions.size(); ++i) {
+    const Action& a = p.actions[i];
+    const Tensor& t = p.tensors[static_cast<size_t>(a.tensor)];
+    const bool temporary = a.kind == AUTOVM_ACTION_RECOMPUTE && !t.persistent && a.ready_before_step > t.last;
+    if (a.kind != AUTOVM_ACTION_ADVISE && !temporary)  // a temporary has no state to follow
+      by_tensor[static_cast<size_t>(a.tensor)].push_back(i);
+  }
   enum class State { on, host, discarded };
   for (size_t t = 0; t < by_tensor.size(); ++t) {
     auto& list = by_tensor[t];
@@ -326,6 +340,26 @@ void check_sequences(const Reader& r, Plan& p) {
   }
 }
 
+// Chain temporaries get room after the arena, packed per step (256-byte aligned); the room is
+// the largest step's total. A tensor named twice before one step shares its place.
+void place_temporaries(Plan& p) {
+  std::vector<int64_t> used(static_cast<size_t>(p.step_count()) + 1, 0);
+  std::map<std::pair<StepIndex, TensorId>, int64_t> placed;
+  for (Action& a : p.actions) {
+    const Tensor& t = p.tensors[static_cast<size_t>(a.tensor)];
+    if (a.kind != AUTOVM_ACTION_RECOMPUTE || t.persistent || a.ready_before_step <= t.last)
+      continue;
+    auto [it, fresh] = placed.emplace(std::make_pair(a.ready_before_step, a.tensor), 0);
+    if (fresh) {
+      int64_t& top = used[static_cast<size_t>(a.ready_before_step)];
+      it->second = top;
+      top += (t.bytes + 255) / 256 * 256;
+      p.temporary_bytes = std::max(p.temporary_bytes, top);
+    }
+    a.temporary_offset = it->second;
+  }
+}
+
 }  // namespace
 
 Plan load_plan(std::string_view text, std::string source) {
@@ -344,13 +378,17 @@ Plan load_plan(std::string_view text, std::string source) {
     r.fail("schema_version", cat(version, " is not 1, the only version this runtime reads"));
   const std::string model = r.string(root, "", "execution_model");
   if (model != "autovm-1") r.fail("execution_model", cat("'", model, "' is not 'autovm-1'"));
-  p.budget_bytes = r.integer(r.field(root, "", "options"), "options", "budget_bytes", 1, kMax);
+  const json& options = r.field(root, "", "options");
+  p.budget_bytes = r.integer(options, "options", "budget_bytes", 1, kMax);
+  if (auto m = options.find("mechanism"); m != options.end() && m->is_string())
+    p.mechanism = m->get<std::string>();
   p.arena_bytes = r.integer(r.field(root, "", "statistics"), "statistics", "arena_bytes", 0, kMax);
   read_tensors(r, root, p);
   read_steps(r, root, p);
   read_lifetimes(r, root, p);
   read_actions(r, root, p);
   check_sequences(r, p);
+  place_temporaries(p);
   return p;
 }
 

@@ -49,6 +49,7 @@ struct Step {
   std::string op, phase, node;
   std::vector<TensorId> inputs, outputs;
   TensorId workspace = -1;
+  double compute_us = 0;  // predicted by the planner; 0 when the plan does not say
 };
 
 struct Action {
@@ -59,18 +60,25 @@ struct Action {
   StepIndex ready_before_step = 0;
   StepIndex source_step = -1;
   std::string advice;
+  // A chain temporary (a recompute after the tensor's lifetime): where it lies for its one
+  // step, from the end of the arena (the arena's range is another tensor's by then); else -1.
+  int64_t temporary_offset = -1;
 };
 
 struct Plan {
   std::string source;  // the file, or "<memory>", for messages
   int64_t arena_bytes = 0;
   int64_t budget_bytes = 0;
+  int64_t temporary_bytes = 0;  // room after the arena for the chain temporaries of any one step
+  std::string mechanism;  // options.mechanism: the transfer mechanism the plan was made for
   std::vector<Tensor> tensors;
   std::vector<Step> steps;
   std::vector<Action> actions;
   std::unordered_map<std::string, TensorId> by_name;  // names and aliases
 
   StepIndex step_count() const { return static_cast<StepIndex>(steps.size()); }
+  // The bytes a backend allocates: the arena, then the temporaries' room.
+  int64_t memory_bytes() const { return arena_bytes + temporary_bytes; }
 };
 
 // Parses and validates. source names the plan in messages.

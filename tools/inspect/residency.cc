@@ -209,10 +209,23 @@ Analysis analyze(const Plan& p) {
   out.lifetimes = compute_lifetimes(p);
   out.off.resize(p.tensors.size());
 
+  out.temporaries.resize(p.tensors.size());
   std::vector<std::vector<int64_t>> by_tensor(p.tensors.size());
-  for (size_t i = 0; i < p.actions.size(); ++i)
-    if (p.actions[i].kind != ActionKind::advise)
-      by_tensor[static_cast<size_t>(p.actions[i].tensor)].push_back(static_cast<int64_t>(i));
+  for (size_t i = 0; i < p.actions.size(); ++i) {
+    const Action& a = p.actions[i];
+    if (a.kind == ActionKind::advise) continue;
+    const Lifetime& l = out.lifetimes[static_cast<size_t>(a.tensor)];
+    if (a.kind == ActionKind::recompute && !l.persistent && a.ready_before_step > l.last &&
+        a.ready_before_step < p.step_count()) {
+      out.temporaries[static_cast<size_t>(a.tensor)].push_back(a.ready_before_step);
+      continue;
+    }
+    by_tensor[static_cast<size_t>(a.tensor)].push_back(static_cast<int64_t>(i));
+  }
+  for (auto& steps : out.temporaries) {
+    std::sort(steps.begin(), steps.end());
+    steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  }
   for (size_t t = 0; t < by_tensor.size(); ++t) {
     // In order of effect; at the same step a tensor goes off before it comes back.
     std::sort(by_tensor[t].begin(), by_tensor[t].end(), [&](int64_t a, int64_t b) {
@@ -237,6 +250,8 @@ Analysis analyze(const Plan& p) {
       StepIndex from = std::max(iv.from, l.first), through = std::min(iv.through, l.last);
       if (from <= through) add_interval(resident, from, through, kind, -t.bytes);
     }
+    for (StepIndex at : out.temporaries[static_cast<size_t>(t.id)])
+      add_interval(resident, at, at, kind, t.bytes);
   }
   accumulate(live, out.live, out.live_total, out.live_peak, out.live_peak_step);
   accumulate(resident, out.resident, out.resident_total, out.resident_peak, out.resident_peak_step);
@@ -262,6 +277,8 @@ const OffInterval* Analysis::off_at(TensorId t, StepIndex s) const {
 
 bool Analysis::resident_at(TensorId t, StepIndex s) const {
   const Lifetime& l = lifetimes[static_cast<size_t>(t)];
+  const std::vector<StepIndex>& temp = temporaries[static_cast<size_t>(t)];
+  if (std::binary_search(temp.begin(), temp.end(), s)) return true;
   return l.first <= s && s <= l.last && off_at(t, s) == nullptr;
 }
 

@@ -16,6 +16,9 @@
 // is n is kept on the host between training steps: it starts the step off, from step 0.
 // Pairing problems (a prefetch with no evict before it, an evict of a tensor already off, an
 // interval outside the lifetime) are reported as issues of rules 4 and 6.
+// A recompute whose ready_before_step lies after the last step of a non-persistent tensor's
+// lifetime is a chain temporary: the tensor is resident at that one step (and counts there),
+// outside the off intervals and the pairing.
 #pragma once
 
 #include <string>
@@ -49,6 +52,7 @@ struct Analysis {
   std::vector<Lifetime> lifetimes;            // [tensor], recomputed from the steps
   std::vector<std::vector<OffInterval>> off;  // [tensor], in order
   std::vector<Issue> pairing_issues;          // rules 4 and 6
+  std::vector<std::vector<StepIndex>> temporaries;  // [tensor] steps it is a chain temporary at
   std::vector<BytesByKind> live;              // [step] bytes of the live tensors (no actions)
   std::vector<BytesByKind> resident;          // [step] bytes on the GPU under the actions
   std::vector<int64_t> live_total, resident_total;

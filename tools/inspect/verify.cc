@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "commands.h"
@@ -226,16 +227,32 @@ class Verifier {
     }
   }
 
-  // Rule 5: the inputs of a recompute's source step are resident at its ready_before_step.
+  // Rule 5: the inputs of a recompute's source step are resident at its ready_before_step, and
+  // an input recomputed before the same step (a chain) is recomputed by an earlier action.
   void check_recomputes() {
-    for (const Action& a : p_.actions) {
+    std::map<std::pair<TensorId, StepIndex>, size_t> first_made;  // (tensor, step) -> action
+    for (size_t i = 0; i < p_.actions.size(); ++i) {
+      const Action& a = p_.actions[i];
+      if (a.kind == ActionKind::recompute) first_made.emplace(std::pair{a.tensor, a.ready_before_step}, i);
+    }
+    for (size_t i = 0; i < p_.actions.size(); ++i) {
+      const Action& a = p_.actions[i];
       if (a.kind != ActionKind::recompute) continue;
       const Step& src = p_.steps[static_cast<size_t>(a.source_step)];
-      for (TensorId in : src.inputs)
-        if (!a_.resident_at(in, a.ready_before_step))
+      for (TensorId in : src.inputs) {
+        if (!a_.resident_at(in, a.ready_before_step)) {
           add(5, a.ready_before_step, a.tensor,
               fmt::format("{} needs input '{}', which is not resident at {}", what(a),
                           tensor(in).name, step_label(p_, a.ready_before_step)));
+          continue;
+        }
+        auto made = first_made.find({in, a.ready_before_step});
+        if (made != first_made.end() && made->second > i)
+          add(5, a.ready_before_step, a.tensor,
+              fmt::format("{} needs input '{}', which actions[{}] recomputes before the same "
+                          "step but is listed after it (a chain runs in the order listed)",
+                          what(a), tensor(in).name, made->second));
+      }
     }
   }
 

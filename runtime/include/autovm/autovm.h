@@ -59,10 +59,31 @@ typedef enum autovm_status {
 } autovm_status;
 
 typedef enum autovm_backend {
-  AUTOVM_BACKEND_HOST = 0,         /* the arena in host memory; transfers are memcpy (testing) */
-  AUTOVM_BACKEND_CUDA_MANAGED = 1, /* reserved: CUDA managed memory (not built yet) */
-  AUTOVM_BACKEND_CUDA_DEVICE = 2   /* reserved: device arena with explicit copies (not built yet) */
+  AUTOVM_BACKEND_HOST = 0, /* the arena in host memory; transfers are memcpy (testing, CI) */
+  AUTOVM_BACKEND_CUDA = 1  /* the arena on a CUDA device; the mechanism says which memory */
 } autovm_backend;
+
+/* How the CUDA backend moves a tensor (runtime/README.md has the measurements behind them). */
+typedef enum autovm_mechanism {
+  AUTOVM_MECHANISM_PLAN = 0,     /* the plan's options.mechanism ("prefetch", "staged" or
+                                    "mapped"; any other name: staged) */
+  AUTOVM_MECHANISM_PREFETCH = 1, /* managed arena; cudaMemPrefetchAsync to the host and back */
+  AUTOVM_MECHANISM_STAGED = 2,   /* managed arena; the copy engine through pinned host buffers,
+                                    cudaMemDiscardBatchAsync / DiscardAndPrefetchBatchAsync so
+                                    the driver never copies stale pages */
+  AUTOVM_MECHANISM_MAPPED = 3    /* device memory from the virtual memory management API
+                                    (cuMemCreate/cuMemMap) at one stable address; the copy
+                                    engine through pinned host buffers, both directions at once */
+} autovm_mechanism;
+
+/* What the runtime does with the plan's actions. */
+typedef enum autovm_mode {
+  AUTOVM_MODE_PLAN = 0,          /* evict, prefetch, discard and recompute as planned */
+  AUTOVM_MODE_DEMAND_PAGING = 1, /* the plan's evictions (to the host through the driver), no
+                                    prefetches: pages fault back when a step touches them
+                                    (the baseline that shows what planning buys; managed only) */
+  AUTOVM_MODE_RESIDENT = 2       /* no actions: every tensor stays on the device (no budget) */
+} autovm_mode;
 
 typedef enum autovm_tensor_kind {
   AUTOVM_TENSOR_INPUT = 0,
@@ -121,6 +142,7 @@ typedef struct autovm_step_info {
   const int32_t* outputs;
   size_t output_count;
   int32_t workspace;   /* -1: none */
+  double compute_us;   /* the plan's predicted compute time of the step (0: not given) */
 } autovm_step_info;
 
 typedef struct autovm_action_info {
@@ -171,9 +193,18 @@ typedef struct autovm_runtime_options {
   int64_t host_arena_cap_bytes; /* host backend: largest arena given real memory (0: 1 GiB);
                                    a larger one runs in accounting-only mode (no memory,
                                    pointers NULL, residency still checked) */
+  /* CUDA backend (ignored by the host backend): */
+  autovm_mechanism mechanism;   /* AUTOVM_MECHANISM_PLAN */
+  autovm_mode mode;             /* AUTOVM_MODE_PLAN */
+  int device;                   /* the CUDA device (0) */
+  int64_t free_margin_bytes;    /* device memory left free beyond the arena (0: 1 GiB) */
+  int allow_oversubscribe;      /* 1: allow a managed arena larger than the device's free
+                                   memory less the margin. On a shared GPU this can hang the
+                                   device for everyone: only for a GPU that is yours alone */
 } autovm_runtime_options;
 
-/* Defaults: host backend, the plan's budget, not strict, a 1 GiB cap. */
+/* Defaults: host backend, the plan's budget, not strict, a 1 GiB cap; for CUDA: the plan's
+ * mechanism, mode PLAN, device 0, a 1 GiB margin, no oversubscription. */
 AUTOVM_EXPORT autovm_status autovm_runtime_options_init(autovm_runtime_options* options);
 /* options may be NULL (the defaults). The runtime keeps what it needs of the plan: the plan
  * may be freed first. Persistent tensors start resident, with zeroed bytes. */
@@ -182,8 +213,14 @@ AUTOVM_EXPORT autovm_status autovm_runtime_create(const autovm_plan* plan,
                                                   autovm_runtime** out);
 AUTOVM_EXPORT void autovm_runtime_free(autovm_runtime* rt); /* NULL is fine */
 
-/* stream: the trainer's compute stream (cudaStream_t) for CUDA backends; ignored by the host
- * backend. step_begin completes everything due before the step (ready_before_step == step) and
+/* Whether this library was built with the CUDA backend (1) or not (0). */
+AUTOVM_EXPORT int autovm_cuda_built(void);
+
+/* stream: the trainer's compute stream (cudaStream_t; NULL: the legacy default stream) for the
+ * CUDA backend; ignored by the host backend. The CUDA backend never waits on the host: evictions
+ * start on the runtime's copy streams once the compute stream has passed the step (an event),
+ * and the compute stream waits (cudaStreamWaitEvent) only before a step that needs a prefetch
+ * complete. step_begin completes everything due before the step (ready_before_step == step) and
  * allocates the tensors whose lifetime starts there; at step 0 it also issues the actions with
  * after_step -1. step_end issues the actions with after_step == step and frees the tensors
  * whose lifetime ends there; at the last step it completes the actions due by the end.
@@ -192,8 +229,11 @@ AUTOVM_EXPORT void autovm_runtime_free(autovm_runtime* rt); /* NULL is fine */
 AUTOVM_EXPORT autovm_status autovm_step_begin(autovm_runtime* rt, int64_t step, void* stream);
 AUTOVM_EXPORT autovm_status autovm_step_end(autovm_runtime* rt, int64_t step, void* stream);
 
-/* Where tensor id lies in the arena: fixed for the runtime's life, its contents valid while the
- * tensor is resident. NULL (with AUTOVM_OK) in accounting-only mode. */
+/* Where tensor id lies: its place in the arena, fixed for the runtime's life, its contents valid
+ * while the tensor is resident; except while it is a chain temporary (recomputed after its
+ * lifetime, for one step: docs/execution-model.md), when it lies in room after the arena: ask
+ * again after step_begin for tensors a recompute brings back. NULL (with AUTOVM_OK) in
+ * accounting-only mode. */
 AUTOVM_EXPORT autovm_status autovm_tensor_pointer(autovm_runtime* rt, int32_t id, void** ptr);
 AUTOVM_EXPORT autovm_status autovm_tensor_residency(const autovm_runtime* rt, int32_t id,
                                                     autovm_residency* out);
@@ -218,9 +258,21 @@ typedef struct autovm_stats {
                                     training steps, moved there at the first step_begin(0) (not
                                     part of bytes_to_host) */
   int accounting_only;           /* 1: no arena memory (pointers are NULL) */
+  /* CUDA backend, measured with events on the compute stream (0 for the host backend); they
+   * cover steps whose events have completed, read when the stats are asked for: */
+  double stall_us;               /* SUM: time the compute stream waited for prefetches */
+  int64_t late_prefetches;       /* COUNT: waits that held the compute stream > 5 us */
+  int64_t measured_waits;        /* COUNT: waits timed */
 } autovm_stats;
 
+/* Synchronises with the device (CUDA backend) to read the event timings: not for the hot path. */
 AUTOVM_EXPORT autovm_status autovm_runtime_stats(const autovm_runtime* rt, autovm_stats* out);
+/* Zeroes the counters and sums (resident bytes and residency stay), e.g. after a warm-up. */
+AUTOVM_EXPORT autovm_status autovm_runtime_stats_reset(autovm_runtime* rt);
+/* The stall measured before step `step`, summed over the training steps since the last reset
+ * (synchronises, like autovm_runtime_stats). */
+AUTOVM_EXPORT autovm_status autovm_step_stall_us(const autovm_runtime* rt, int64_t step,
+                                                 double* out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,528 @@
+// The CUDA backend: one arena on the device holding every tensor at its planned offset, and the
+// plan's transfers on the runtime's own copy streams, ordered against the trainer's compute
+// stream with events only (runtime/README.md, "The CUDA backend").
+//
+//   memory    managed (cudaMallocManaged) for the prefetch and staged mechanisms and for demand
+//             paging; device memory from the virtual memory management API (cuMemCreate +
+//             cuMemMap into one reserved range) for mapped. Either way the arena starts resident
+//             on the device and zeroed, and the budget is the executor's accounting: the arena
+//             is never larger than the device's free memory less a margin unless the user opts in.
+//   evict     the copy stream waits for the event recorded when the trainer enqueued the step
+//             after which the plan evicts; then, by mechanism:
+//               prefetch  cudaMemPrefetchAsync to the host
+//               staged    cudaMemcpyAsync to a pinned host buffer, then cudaMemDiscardBatchAsync
+//               mapped    cudaMemcpyAsync to a pinned host buffer
+//             and records the tensor's evict event.
+//   prefetch  the copy stream waits for the tensor's evict event; then
+//               prefetch  cudaMemPrefetchAsync to the device
+//               staged    cudaMemDiscardAndPrefetchBatchAsync (pages come back without stale
+//                         data), then cudaMemcpyAsync from the pinned buffer
+//               mapped    cudaMemcpyAsync from the pinned buffer
+//             and records the tensor's ready event, which the compute stream waits for before
+//             the step named ready_before_step: the only place the trainer ever waits.
+//   discard   managed: cudaMemDiscardBatchAsync after the step; mapped: nothing to do.
+//
+// Streams: mapped copies each direction on its own stream (device memory reaches the link's
+// full duplex). Managed copies share one stream: on the H200, copies touching managed memory in
+// both directions at once did not overlap (52 GB/s in total) and one combination collapsed to
+// 1.6 GB/s (../shared/facts/h200.md), so the staged and prefetch mechanisms serialise them.
+//
+// Discards touch only whole 2 MiB blocks inside a tensor's range: a discard of a partial page
+// could drop a neighbour's bytes. The edges stay resident and are copied like the rest.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <string>
+
+#include "backend.h"
+
+namespace autovm::rt {
+namespace {
+
+constexpr int64_t kDiscardBlock = int64_t{2} << 20;
+constexpr size_t kPinnedAlignment = 4096;
+
+void check(cudaError_t status, const std::string& what) {
+  if (status == cudaSuccess) return;
+  cudaGetLastError();  // clear a sticky-free error so later calls report their own
+  throw Error(AUTOVM_ERR_BACKEND, what + " failed: " + cudaGetErrorName(status) + " (" +
+                                      cudaGetErrorString(status) + ")");
+}
+
+void check(CUresult status, const std::string& what) {
+  if (status == CUDA_SUCCESS) return;
+  throw Error(AUTOVM_ERR_BACKEND, what + " failed: CUresult " + std::to_string(status));
+}
+
+const char* name(autovm_mechanism m) {
+  switch (m) {
+    case AUTOVM_MECHANISM_PREFETCH: return "prefetch";
+    case AUTOVM_MECHANISM_STAGED: return "staged";
+    case AUTOVM_MECHANISM_MAPPED: return "mapped";
+    case AUTOVM_MECHANISM_PLAN: break;
+  }
+  return "plan";
+}
+
+std::string gib(int64_t bytes) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.2f GiB (%lld B)", static_cast<double>(bytes) / (1 << 30),
+                static_cast<long long>(bytes));
+  return text;
+}
+
+// The driver entry points of the virtual memory management API, through the runtime (no link
+// against libcuda, so the library loads on machines without a driver).
+struct Vmm {
+  decltype(&cuMemAddressReserve) reserve = nullptr;
+  decltype(&cuMemAddressFree) address_free = nullptr;
+  decltype(&cuMemCreate) create = nullptr;
+  decltype(&cuMemRelease) release = nullptr;
+  decltype(&cuMemMap) map = nullptr;
+  decltype(&cuMemUnmap) unmap = nullptr;
+  decltype(&cuMemSetAccess) set_access = nullptr;
+  decltype(&cuMemGetAllocationGranularity) granularity = nullptr;
+
+  static Vmm load() {
+    Vmm v;
+    auto get = [](const char* symbol, auto& fn) {
+      void* p = nullptr;
+      cudaDriverEntryPointQueryResult found{};
+      check(cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &found),
+            std::string("cudaGetDriverEntryPointByVersion(") + symbol + ")");
+      if (found != cudaDriverEntryPointSuccess || p == nullptr)
+        throw Error(AUTOVM_ERR_BACKEND, std::string("the CUDA driver has no ") + symbol +
+                                            ": the mapped mechanism needs CUDA 12 or newer");
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+    };
+    get("cuMemAddressReserve", v.reserve);
+    get("cuMemAddressFree", v.address_free);
+    get("cuMemCreate", v.create);
+    get("cuMemRelease", v.release);
+    get("cuMemMap", v.map);
+    get("cuMemUnmap", v.unmap);
+    get("cuMemSetAccess", v.set_access);
+    get("cuMemGetAllocationGranularity", v.granularity);
+    return v;
+  }
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const Plan& plan, const CudaBackendOptions& options)
+      : options_(options), tensors_(plan.tensors.size()) {
+    managed_ = options.mechanism != AUTOVM_MECHANISM_MAPPED;
+    if (options.mode == AUTOVM_MODE_DEMAND_PAGING) {
+      if (!managed_)
+        throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                    "demand paging needs managed memory: use the prefetch or staged mechanism");
+      // The driver evicts and faults back: a staged eviction would leave the data only in a
+      // pinned buffer that nothing brings back.
+      options_.mechanism = AUTOVM_MECHANISM_PREFETCH;
+    }
+    select_device();
+    arena_bytes_ = std::max<int64_t>(plan.memory_bytes(), 1);
+    check_fits();
+    if (managed_) {
+      allocate_managed();
+    } else {
+      allocate_mapped();
+    }
+    check(cudaStreamCreateWithFlags(&out_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (managed_) {
+      in_stream_ = out_stream_;
+    } else {
+      check(cudaStreamCreateWithFlags(&in_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    }
+    check(cudaEventCreateWithFlags(&step_event_, cudaEventDisableTiming), "cudaEventCreate");
+    stall_by_step_.assign(plan.steps.size(), 0.0);
+    allocate_shadows(plan);
+  }
+
+  ~CudaBackend() override {
+    // Errors are ignored here: a destructor cannot report them, and the memory goes either way.
+    cudaSetDevice(options_.device);
+    if (out_stream_) cudaStreamSynchronize(out_stream_);
+    if (in_stream_ && in_stream_ != out_stream_) cudaStreamSynchronize(in_stream_);
+    for (auto& t : tensors_) {
+      if (t.evicted) cudaEventDestroy(t.evicted);
+      if (t.ready) cudaEventDestroy(t.ready);
+    }
+    for (auto& w : pending_) {
+      cudaEventDestroy(w.before);
+      cudaEventDestroy(w.after);
+    }
+    for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
+    if (step_event_) cudaEventDestroy(step_event_);
+    if (in_stream_ && in_stream_ != out_stream_) cudaStreamDestroy(in_stream_);
+    if (out_stream_) cudaStreamDestroy(out_stream_);
+    if (pinned_) cudaFreeHost(pinned_);
+    if (managed_ && arena_) cudaFree(arena_);
+    if (!managed_ && mapped_base_) {
+      vmm_.unmap(mapped_base_, mapped_bytes_);
+      vmm_.release(mapped_handle_);
+      vmm_.address_free(mapped_base_, mapped_bytes_);
+    }
+  }
+
+  void* pointer(const Tensor& t) override { return arena_ + t.offset; }
+  void* at(int64_t offset) override { return arena_ + offset; }
+  bool has_memory() const override { return true; }
+
+  void step_enqueued(StepIndex, void* stream) override {
+    check(cudaEventRecord(step_event_, as_stream(stream)), "cudaEventRecord (step)");
+    out_waited_ = false;
+  }
+
+  void evict_issue(const Tensor& t, void*) override {
+    wait_for_step();
+    State& st = state(t);
+    switch (options_.mechanism) {
+      case AUTOVM_MECHANISM_PREFETCH:
+        check(cudaMemPrefetchAsync(pointer(t), static_cast<size_t>(t.bytes), host_location(), 0,
+                                   out_stream_),
+              "cudaMemPrefetchAsync to the host of '" + t.name + "'");
+        break;
+      case AUTOVM_MECHANISM_STAGED:
+        copy(shadow(t), pointer(t), t, out_stream_, "to the host");
+        discard_blocks(t, out_stream_);
+        break;
+      default:
+        copy(shadow(t), pointer(t), t, out_stream_, "to the host");
+        break;
+    }
+    record(st.evicted, out_stream_, t);
+  }
+
+  void evict_complete(const Tensor&, void*) override {}  // released in stream order
+
+  void prefetch_issue(const Tensor& t, void*) override {
+    State& st = state(t);
+    if (st.evicted && in_stream_ != out_stream_)
+      check(cudaStreamWaitEvent(in_stream_, st.evicted, 0), "cudaStreamWaitEvent (evicted)");
+    switch (options_.mechanism) {
+      case AUTOVM_MECHANISM_PREFETCH:
+        check(cudaMemPrefetchAsync(pointer(t), static_cast<size_t>(t.bytes), device_location(),
+                                   0, in_stream_),
+              "cudaMemPrefetchAsync to the device of '" + t.name + "'");
+        break;
+      case AUTOVM_MECHANISM_STAGED:
+        discard_and_prefetch_blocks(t, in_stream_);
+        copy(pointer(t), shadow(t), t, in_stream_, "to the device");
+        break;
+      default:
+        copy(pointer(t), shadow(t), t, in_stream_, "to the device");
+        break;
+    }
+    record(st.ready, in_stream_, t);
+  }
+
+  void prefetch_complete(const Tensor& t, void* stream) override {
+    wait_ready(state(t), stream);
+  }
+
+  void discard(const Tensor& t, void*) override {
+    if (!managed_) return;  // device memory: nothing to tell the driver
+    wait_for_step();
+    discard_blocks(t, out_stream_);
+    record(state(t).evicted, out_stream_, t);
+  }
+
+  void recompute_prepare(const Tensor& t, void* stream) override {
+    if (!managed_ || options_.mode == AUTOVM_MODE_DEMAND_PAGING) return;
+    State& st = state(t);
+    if (st.evicted && in_stream_ != out_stream_)
+      check(cudaStreamWaitEvent(in_stream_, st.evicted, 0), "cudaStreamWaitEvent (discarded)");
+    discard_and_prefetch_blocks(t, in_stream_);
+    record(st.ready, in_stream_, t);
+    wait_ready(st, stream);
+  }
+
+  void waits_done(StepIndex s, void* stream) override {
+    if (wait_open_) {
+      cudaEvent_t after = timing_event();
+      check(cudaEventRecord(after, as_stream(stream)), "cudaEventRecord (after waits)");
+      pending_.push_back(Wait{s, wait_before_, after});
+      wait_open_ = false;
+    }
+    harvest(false);
+  }
+
+  StallTimes stalls() override {
+    harvest(true);
+    StallTimes out;
+    out.by_step_us = stall_by_step_;
+    out.total_us = stall_total_us_;
+    out.late = late_;
+    out.measured = measured_;
+    return out;
+  }
+
+  void reset_stalls() override {
+    harvest(true);
+    std::fill(stall_by_step_.begin(), stall_by_step_.end(), 0.0);
+    stall_total_us_ = 0;
+    late_ = measured_ = 0;
+  }
+
+ private:
+  struct State {
+    cudaEvent_t evicted = nullptr;  // recorded after the tensor's last evict or discard
+    cudaEvent_t ready = nullptr;    // recorded after its last prefetch
+    int64_t shadow_offset = -1;     // in the pinned buffer; -1: none
+  };
+  struct Wait {
+    StepIndex step;
+    cudaEvent_t before, after;
+  };
+
+  static cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
+  cudaMemLocation host_location() const {
+    cudaMemLocation l{};
+    l.type = cudaMemLocationTypeHost;
+    return l;
+  }
+  cudaMemLocation device_location() const {
+    cudaMemLocation l{};
+    l.type = cudaMemLocationTypeDevice;
+    l.id = options_.device;
+    return l;
+  }
+  State& state(const Tensor& t) { return tensors_[static_cast<size_t>(t.id)]; }
+
+  void select_device() {
+    int count = 0;
+    check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+    if (options_.device < 0 || options_.device >= count)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT, "CUDA device " + std::to_string(options_.device) +
+                                                   " does not exist (" + std::to_string(count) +
+                                                   " devices)");
+    check(cudaSetDevice(options_.device), "cudaSetDevice");
+    if (managed_) {
+      int managed = 0, concurrent = 0;
+      check(cudaDeviceGetAttribute(&managed, cudaDevAttrManagedMemory, options_.device),
+            "cudaDeviceGetAttribute");
+      check(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess,
+                                   options_.device),
+            "cudaDeviceGetAttribute");
+      if (!managed || !concurrent)
+        throw Error(AUTOVM_ERR_BACKEND,
+                    std::string("device ") + std::to_string(options_.device) +
+                        " lacks concurrent managed access, which the " + name(options_.mechanism) +
+                        " mechanism needs; use the mapped mechanism");
+    }
+  }
+
+  // Never ask for more device memory than is free (less the margin): on a shared GPU,
+  // oversubscribed managed memory can hang the device for everyone.
+  void check_fits() const {
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    const int64_t usable = static_cast<int64_t>(free) - options_.free_margin_bytes;
+    if (arena_bytes_ <= usable) return;
+    if (managed_ && options_.allow_oversubscribe) return;
+    throw Error(AUTOVM_ERR_OUT_OF_MEMORY,
+                std::string("the plan's arena of ") + gib(arena_bytes_) + " does not fit the " +
+                    gib(static_cast<int64_t>(free)) + " free on CUDA device " +
+                    std::to_string(options_.device) + " less the margin of " +
+                    gib(options_.free_margin_bytes) +
+                    (managed_ ? "; plan for a smaller arena, or set allow_oversubscribe if this "
+                                "GPU is yours alone"
+                              : "; plan for a smaller arena"));
+  }
+
+  void allocate_managed() {
+    void* p = nullptr;
+    check(cudaMallocManaged(&p, static_cast<size_t>(arena_bytes_), cudaMemAttachGlobal),
+          "cudaMallocManaged of the arena (" + gib(arena_bytes_) + ")");
+    arena_ = static_cast<char*>(p);
+    check(cudaMemPrefetchAsync(arena_, static_cast<size_t>(arena_bytes_), device_location(), 0,
+                               nullptr),
+          "cudaMemPrefetchAsync of the arena");
+    check(cudaMemset(arena_, 0, static_cast<size_t>(arena_bytes_)), "cudaMemset of the arena");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
+
+  void allocate_mapped() {
+    vmm_ = Vmm::load();
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = options_.device;
+    size_t granularity = 0;
+    check(vmm_.granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+          "cuMemGetAllocationGranularity");
+    const auto g = static_cast<int64_t>(granularity);
+    mapped_bytes_ = static_cast<size_t>((arena_bytes_ + g - 1) / g * g);
+    check(vmm_.reserve(&mapped_base_, mapped_bytes_, granularity, 0, 0), "cuMemAddressReserve");
+    check(vmm_.create(&mapped_handle_, mapped_bytes_, &prop, 0),
+          "cuMemCreate of the arena (" + gib(static_cast<int64_t>(mapped_bytes_)) + ")");
+    check(vmm_.map(mapped_base_, mapped_bytes_, 0, mapped_handle_, 0), "cuMemMap");
+    CUmemAccessDesc access{};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    check(vmm_.set_access(mapped_base_, mapped_bytes_, &access, 1), "cuMemSetAccess");
+    arena_ = reinterpret_cast<char*>(mapped_base_);
+    check(cudaMemset(arena_, 0, mapped_bytes_), "cudaMemset of the arena");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
+
+  // One pinned host buffer with a slot per tensor the plan moves through the copy engine
+  // (staged, mapped): every evicted tensor, and the persistent ones kept on the host.
+  void allocate_shadows(const Plan& plan) {
+    if (options_.mechanism == AUTOVM_MECHANISM_PREFETCH || options_.mode != AUTOVM_MODE_PLAN)
+      return;
+    std::vector<bool> moved(plan.tensors.size(), false);
+    for (const Action& a : plan.actions)
+      if (a.kind == AUTOVM_ACTION_EVICT) moved[static_cast<size_t>(a.tensor)] = true;
+    for (const Tensor& t : plan.tensors)
+      if (t.starts_on_host) moved[static_cast<size_t>(t.id)] = true;
+    int64_t total = 0;
+    for (const Tensor& t : plan.tensors) {
+      if (!moved[static_cast<size_t>(t.id)]) continue;
+      state(t).shadow_offset = total;
+      total += (t.bytes + kPinnedAlignment - 1) / kPinnedAlignment * kPinnedAlignment;
+    }
+    if (total == 0) return;
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, static_cast<size_t>(total), cudaHostAllocPortable),
+          "cudaHostAlloc of " + gib(total) + " of pinned host memory for evicted tensors");
+    pinned_ = static_cast<char*>(p);
+  }
+
+  char* shadow(const Tensor& t) {
+    const int64_t offset = state(t).shadow_offset;
+    if (offset < 0 || pinned_ == nullptr)
+      throw Error(AUTOVM_ERR_BACKEND, "tensor '" + t.name + "' has no host buffer");
+    return pinned_ + offset;
+  }
+
+  void copy(void* to, const void* from, const Tensor& t, cudaStream_t stream, const char* way) {
+    check(cudaMemcpyAsync(to, from, static_cast<size_t>(t.bytes), cudaMemcpyDefault, stream),
+          std::string("cudaMemcpyAsync ") + way + " of '" + t.name + "'");
+  }
+
+  // The whole 2 MiB blocks inside the tensor's range; false when there are none.
+  bool blocks(const Tensor& t, void*& begin, size_t& size) {
+    const auto base = reinterpret_cast<uintptr_t>(arena_);
+    const int64_t first = (static_cast<int64_t>(base) + t.offset + kDiscardBlock - 1) /
+                          kDiscardBlock * kDiscardBlock;
+    const int64_t end = (static_cast<int64_t>(base) + t.offset + t.bytes) / kDiscardBlock *
+                        kDiscardBlock;
+    if (end <= first) return false;
+    begin = reinterpret_cast<void*>(first);
+    size = static_cast<size_t>(end - first);
+    return true;
+  }
+
+  void discard_blocks(const Tensor& t, cudaStream_t stream) {
+    void* p = nullptr;
+    size_t size = 0;
+    if (!blocks(t, p, size)) return;
+    check(cudaMemDiscardBatchAsync(&p, &size, 1, 0, stream),
+          "cudaMemDiscardBatchAsync of '" + t.name + "'");
+  }
+
+  void discard_and_prefetch_blocks(const Tensor& t, cudaStream_t stream) {
+    void* p = nullptr;
+    size_t size = 0;
+    if (!blocks(t, p, size)) return;
+    cudaMemLocation where = device_location();
+    size_t index = 0;
+    check(cudaMemDiscardAndPrefetchBatchAsync(&p, &size, 1, &where, &index, 1, 0, stream),
+          "cudaMemDiscardAndPrefetchBatchAsync of '" + t.name + "'");
+  }
+
+  void wait_for_step() {
+    if (out_waited_) return;
+    check(cudaStreamWaitEvent(out_stream_, step_event_, 0), "cudaStreamWaitEvent (step)");
+    out_waited_ = true;
+  }
+
+  void record(cudaEvent_t& event, cudaStream_t stream, const Tensor& t) {
+    if (!event)
+      check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+            "cudaEventCreate for '" + t.name + "'");
+    check(cudaEventRecord(event, stream), "cudaEventRecord for '" + t.name + "'");
+  }
+
+  void wait_ready(State& st, void* stream) {
+    if (!st.ready) return;
+    if (!wait_open_) {
+      wait_before_ = timing_event();
+      check(cudaEventRecord(wait_before_, as_stream(stream)), "cudaEventRecord (before waits)");
+      wait_open_ = true;
+    }
+    check(cudaStreamWaitEvent(as_stream(stream), st.ready, 0), "cudaStreamWaitEvent (ready)");
+  }
+
+  cudaEvent_t timing_event() {
+    if (!spare_events_.empty()) {
+      cudaEvent_t e = spare_events_.back();
+      spare_events_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreate(&e), "cudaEventCreate");
+    return e;
+  }
+
+  // Reads the timings of the waits whose events have completed, oldest first; with `all`,
+  // waits for the rest.
+  void harvest(bool all) {
+    while (!pending_.empty()) {
+      Wait& w = pending_.front();
+      if (all) {
+        check(cudaEventSynchronize(w.after), "cudaEventSynchronize");
+      } else {
+        const cudaError_t s = cudaEventQuery(w.after);
+        if (s == cudaErrorNotReady) return;
+        check(s, "cudaEventQuery");
+      }
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, w.before, w.after), "cudaEventElapsedTime");
+      const double us = 1000.0 * ms;
+      stall_by_step_[static_cast<size_t>(w.step)] += us;
+      stall_total_us_ += us;
+      ++measured_;
+      if (us > kLateUs) ++late_;
+      spare_events_.push_back(w.before);
+      spare_events_.push_back(w.after);
+      pending_.pop_front();
+    }
+  }
+
+  CudaBackendOptions options_;
+  bool managed_ = true;
+  int64_t arena_bytes_ = 0;
+  char* arena_ = nullptr;
+  char* pinned_ = nullptr;
+  Vmm vmm_;
+  CUdeviceptr mapped_base_ = 0;
+  size_t mapped_bytes_ = 0;
+  CUmemGenericAllocationHandle mapped_handle_ = 0;
+
+  cudaStream_t out_stream_ = nullptr, in_stream_ = nullptr;
+  cudaEvent_t step_event_ = nullptr;
+  bool out_waited_ = false;
+  std::vector<State> tensors_;
+
+  bool wait_open_ = false;
+  cudaEvent_t wait_before_ = nullptr;
+  std::deque<Wait> pending_;
+  std::vector<cudaEvent_t> spare_events_;
+  std::vector<double> stall_by_step_;
+  double stall_total_us_ = 0;
+  int64_t late_ = 0, measured_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const Plan& plan, const CudaBackendOptions& options) {
+  return std::make_unique<CudaBackend>(plan, options);
+}
+
+}  // namespace autovm::rt

@@ -1,0 +1,205 @@
+// The gpu suite: libautovm's CUDA backend on a real device. Data written before an eviction must
+// read back intact after the prefetch, for every mechanism and for demand paging, checked by
+// checksum on the GPU, including tensors that share 2 MiB blocks with their neighbours and a
+// neighbour written while the tensor is away. Exits 77 (skipped) without a CUDA device.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <autovm/autovm.h>
+#include <cuda_runtime_api.h>
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+
+namespace {
+
+using nlohmann::json;
+using autovm::replay::checksum;
+using autovm::replay::fill_pattern;
+using autovm::replay::pattern_checksum;
+
+// Four tensors packed back to back at 256-byte alignment, so that a, b and c share 2 MiB blocks:
+//   a (5 MiB + 1234 B): evicted after step 0, prefetched after step 2 (ready before 3)
+//   b (3 MiB):          stays resident; rewritten at step 1 while its neighbours are away
+//   c (300 KiB):        evicted and prefetched like a (smaller than a block)
+//   d (2 MiB + 8 KiB):  discarded after step 0, recomputed before step 3 (from step 0)
+// Steps 0..4; step 3 checks everything; the lifetimes span the step.
+const int64_t kBytes[4] = {(5 << 20) + 1234, 3 << 20, 300 << 10, (2 << 20) + (8 << 10)};
+
+std::string make_plan(int64_t arena_override = 0) {
+  json p;
+  p["schema_version"] = 1;
+  p["generator"] = "tests/gpu/test_gpu.cc";
+  p["execution_model"] = "autovm-1";
+  int64_t offset = 0;
+  std::vector<int64_t> offsets;
+  for (int64_t b : kBytes) {
+    offsets.push_back(offset);
+    offset += (b + 255) / 256 * 256;
+  }
+  p["options"] = {{"budget_bytes", offset}, {"mechanism", "staged"}};
+  p["statistics"] = {{"arena_bytes", arena_override > 0 ? arena_override : offset}};
+  const char* names[4] = {"a", "b", "c", "d"};
+  for (int i = 0; i < 4; ++i) {
+    p["tensors"].push_back({{"id", i}, {"name", names[i]}, {"kind", "activation"},
+                            {"dtype", "uint8"}, {"bytes", kBytes[i]}, {"offset", offsets[i]}});
+    p["lifetimes"].push_back({{"tensor", i}, {"first", 0}, {"last", 4}, {"persistent", false}});
+  }
+  for (int s = 0; s < 5; ++s)
+    p["steps"].push_back({{"id", s}, {"op", "Test"}, {"phase", "forward"}, {"node", ""},
+                          {"inputs", json::array()}, {"outputs", json::array()},
+                          {"workspace", nullptr}});
+  auto action = [&](const char* kind, int t, int after, int ready) {
+    json a = {{"kind", kind}, {"tensor", t}, {"bytes", kBytes[t]}, {"after_step", after},
+              {"ready_before_step", ready}};
+    if (std::string(kind) == "recompute") a["source_step"] = 0;
+    p["actions"].push_back(a);
+  };
+  action("evict", 0, 0, 2);
+  action("evict", 2, 0, 2);
+  action("discard", 3, 0, 1);
+  action("prefetch", 0, 2, 3);
+  action("prefetch", 2, 2, 3);
+  action("recompute", 3, 2, 3);
+  return p.dump();
+}
+
+struct Gpu {
+  cudaStream_t stream = nullptr;
+  unsigned long long* sums = nullptr;  // managed: one per tensor
+  Gpu() {
+    REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+    REQUIRE(cudaMallocManaged(reinterpret_cast<void**>(&sums), 4 * sizeof(unsigned long long)) == cudaSuccess);
+  }
+  ~Gpu() {
+    cudaFree(sums);
+    cudaStreamDestroy(stream);
+  }
+};
+
+autovm_plan* load(const std::string& text) {
+  autovm_plan* plan = nullptr;
+  REQUIRE_MESSAGE(autovm_plan_load_from_memory(text.data(), text.size(), &plan) == AUTOVM_OK,
+                  autovm_last_error());
+  return plan;
+}
+
+// Runs `rounds` training steps under `mechanism` and `mode` and checks every tensor at step 3.
+void run(autovm_mechanism mechanism, autovm_mode mode, int rounds) {
+  Gpu gpu;
+  autovm_plan* plan = load(make_plan());
+  autovm_runtime_options o;
+  autovm_runtime_options_init(&o);
+  o.backend = AUTOVM_BACKEND_CUDA;
+  o.mechanism = mechanism;
+  o.mode = mode;
+  o.strict = 1;
+  autovm_runtime* rt = nullptr;
+  REQUIRE_MESSAGE(autovm_runtime_create(plan, &o, &rt) == AUTOVM_OK, autovm_last_error());
+  void* ptr[4];
+  for (int t = 0; t < 4; ++t) REQUIRE(autovm_tensor_pointer(rt, t, &ptr[t]) == AUTOVM_OK);
+  for (int round = 0; round < rounds; ++round) {
+    const uint32_t seed = 1000u * static_cast<uint32_t>(round + 1);
+    for (int s = 0; s < 5; ++s) {
+      REQUIRE_MESSAGE(autovm_step_begin(rt, s, gpu.stream) == AUTOVM_OK, autovm_last_error());
+      if (s == 0)
+        for (int t = 0; t < 4; ++t)
+          REQUIRE(fill_pattern(ptr[t], kBytes[t], seed + t, gpu.stream) == cudaSuccess);
+      if (s == 1) {  // b's neighbours a and c are away; d is discarded
+        REQUIRE(autovm_touch(rt, 1, 1) == AUTOVM_OK);
+        REQUIRE(fill_pattern(ptr[1], kBytes[1], seed + 100, gpu.stream) == cudaSuccess);
+      }
+      if (s == 3) {
+        for (int t = 0; t < 4; ++t) REQUIRE(autovm_touch(rt, 3, t) == AUTOVM_OK);
+        // d was recomputed: the trainer runs its source step (0) again, writing d.
+        REQUIRE(fill_pattern(ptr[3], kBytes[3], seed + 3, gpu.stream) == cudaSuccess);
+        REQUIRE(cudaMemsetAsync(gpu.sums, 0, 4 * sizeof(unsigned long long), gpu.stream) ==
+                cudaSuccess);
+        for (int t = 0; t < 4; ++t)
+          REQUIRE(checksum(ptr[t], kBytes[t], gpu.sums + t, gpu.stream) == cudaSuccess);
+        REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
+        const uint32_t seeds[4] = {seed, seed + 100, seed + 2, seed + 3};
+        for (int t = 0; t < 4; ++t) {
+          INFO("round " << round << ", tensor " << "abcd"[t]);
+          CHECK(gpu.sums[t] == pattern_checksum(seeds[t], kBytes[t]));
+        }
+      }
+      REQUIRE_MESSAGE(autovm_step_end(rt, s, gpu.stream) == AUTOVM_OK, autovm_last_error());
+    }
+  }
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  autovm_stats st;
+  REQUIRE(autovm_runtime_stats(rt, &st) == AUTOVM_OK);
+  CHECK(st.violations == 0);
+  CHECK(st.training_steps == rounds);
+  if (mode != AUTOVM_MODE_RESIDENT) {
+    CHECK(st.bytes_to_host == rounds * (kBytes[0] + kBytes[2]));
+    CHECK(st.discards == rounds);
+    CHECK(st.recomputes == rounds);
+  }
+  if (mode == AUTOVM_MODE_PLAN) {
+    CHECK(st.bytes_to_device == rounds * (kBytes[0] + kBytes[2]));
+    CHECK(st.measured_waits == rounds);  // the compute stream waited once, before step 3
+  }
+  autovm_runtime_free(rt);
+  autovm_plan_free(plan);
+}
+
+}  // namespace
+
+TEST_CASE("prefetch mechanism: evicted bytes come back intact") {
+  run(AUTOVM_MECHANISM_PREFETCH, AUTOVM_MODE_PLAN, 3);
+}
+TEST_CASE("staged mechanism: evicted bytes come back intact, neighbours untouched by discards") {
+  run(AUTOVM_MECHANISM_STAGED, AUTOVM_MODE_PLAN, 3);
+}
+TEST_CASE("mapped mechanism: evicted bytes come back intact") {
+  run(AUTOVM_MECHANISM_MAPPED, AUTOVM_MODE_PLAN, 3);
+}
+TEST_CASE("demand paging: evicted pages fault back intact") {
+  run(AUTOVM_MECHANISM_PLAN, AUTOVM_MODE_DEMAND_PAGING, 2);
+}
+TEST_CASE("resident mode: no actions") { run(AUTOVM_MECHANISM_STAGED, AUTOVM_MODE_RESIDENT, 1); }
+
+TEST_CASE("an arena larger than the free device memory is refused before anything is allocated") {
+  size_t free = 0, total = 0;
+  REQUIRE(cudaMemGetInfo(&free, &total) == cudaSuccess);
+  // Larger than the whole device: checked against free memory, never allocated.
+  autovm_plan* plan = load(make_plan(static_cast<int64_t>(total) * 2));
+  for (autovm_mechanism m : {AUTOVM_MECHANISM_STAGED, AUTOVM_MECHANISM_MAPPED}) {
+    autovm_runtime_options o;
+    autovm_runtime_options_init(&o);
+    o.backend = AUTOVM_BACKEND_CUDA;
+    o.mechanism = m;
+    autovm_runtime* rt = nullptr;
+    CHECK(autovm_runtime_create(plan, &o, &rt) == AUTOVM_ERR_OUT_OF_MEMORY);
+    CHECK(std::string(autovm_last_error()).find("does not fit") != std::string::npos);
+    CHECK(rt == nullptr);
+  }
+  autovm_plan_free(plan);
+}
+
+TEST_CASE("demand paging with the mapped mechanism is refused") {
+  autovm_plan* plan = load(make_plan());
+  autovm_runtime_options o;
+  autovm_runtime_options_init(&o);
+  o.backend = AUTOVM_BACKEND_CUDA;
+  o.mechanism = AUTOVM_MECHANISM_MAPPED;
+  o.mode = AUTOVM_MODE_DEMAND_PAGING;
+  autovm_runtime* rt = nullptr;
+  CHECK(autovm_runtime_create(plan, &o, &rt) == AUTOVM_ERR_INVALID_ARGUMENT);
+  autovm_plan_free(plan);
+}
+
+int main(int argc, char** argv) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device: the gpu suite is skipped\n");
+    return 77;
+  }
+  doctest::Context context(argc, argv);
+  return context.run();
+}
