@@ -13,13 +13,18 @@
 //               staged    cudaMemcpyAsync to a pinned host buffer, then cudaMemDiscardBatchAsync
 //               mapped    cudaMemcpyAsync to a pinned host buffer
 //             and records the tensor's evict event.
-//   prefetch  the copy stream waits for the tensor's evict event; then
+//   prefetch  the copy stream waits for the step after which the plan prefetches (so the bytes
+//             come back no earlier than the plan counts them resident, whatever the host's lead)
+//             and for the tensor's evict event; then
 //               prefetch  cudaMemPrefetchAsync to the device
 //               staged    cudaMemDiscardAndPrefetchBatchAsync (pages come back without stale
 //                         data), then cudaMemcpyAsync from the pinned buffer
 //               mapped    cudaMemcpyAsync from the pinned buffer
 //             and records the tensor's ready event, which the compute stream waits for before
-//             the step named ready_before_step: the only place the trainer ever waits.
+//             the step named ready_before_step.
+//   complete  at step_begin(ready_before_step) of an evict the compute stream waits for the
+//             tensor's evict event: from that step the plan counts its memory free. These two
+//             are the only places the trainer's stream ever waits; the host never does.
 //   discard   managed: cudaMemDiscardBatchAsync after the step; mapped: nothing to do.
 //
 // Streams: mapped copies each direction on its own stream (device memory reaches the link's
@@ -174,11 +179,11 @@ class CudaBackend final : public Backend {
 
   void step_enqueued(StepIndex, void* stream) override {
     check(cudaEventRecord(step_event_, as_stream(stream)), "cudaEventRecord (step)");
-    out_waited_ = false;
+    out_waited_ = in_waited_ = false;
   }
 
   void evict_issue(const Tensor& t, void*) override {
-    wait_for_step();
+    wait_for_step(out_stream_);
     State& st = state(t);
     switch (options_.mechanism) {
       case AUTOVM_MECHANISM_PREFETCH:
@@ -197,9 +202,12 @@ class CudaBackend final : public Backend {
     record(st.evicted, out_stream_, t);
   }
 
-  void evict_complete(const Tensor&, void*) override {}  // released in stream order
+  // The plan counts the tensor's memory free from here: the compute stream waits for the copy
+  // out (and the discard) to finish, so the resident bytes never exceed the budget in time.
+  void evict_complete(const Tensor& t, void* stream) override { wait_ready(state(t).evicted, stream); }
 
   void prefetch_issue(const Tensor& t, void*) override {
+    wait_for_step(in_stream_);
     State& st = state(t);
     if (st.evicted && in_stream_ != out_stream_)
       check(cudaStreamWaitEvent(in_stream_, st.evicted, 0), "cudaStreamWaitEvent (evicted)");
@@ -221,12 +229,12 @@ class CudaBackend final : public Backend {
   }
 
   void prefetch_complete(const Tensor& t, void* stream) override {
-    wait_ready(state(t), stream);
+    wait_ready(state(t).ready, stream);
   }
 
   void discard(const Tensor& t, void*) override {
     if (!managed_) return;  // device memory: nothing to tell the driver
-    wait_for_step();
+    wait_for_step(out_stream_);
     discard_blocks(t, out_stream_);
     record(state(t).evicted, out_stream_, t);
   }
@@ -238,7 +246,7 @@ class CudaBackend final : public Backend {
       check(cudaStreamWaitEvent(in_stream_, st.evicted, 0), "cudaStreamWaitEvent (discarded)");
     discard_and_prefetch_blocks(t, in_stream_);
     record(st.ready, in_stream_, t);
-    wait_ready(st, stream);
+    wait_ready(st.ready, stream);
   }
 
   void waits_done(StepIndex s, void* stream) override {
@@ -436,10 +444,14 @@ class CudaBackend final : public Backend {
           "cudaMemDiscardAndPrefetchBatchAsync of '" + t.name + "'");
   }
 
-  void wait_for_step() {
-    if (out_waited_) return;
-    check(cudaStreamWaitEvent(out_stream_, step_event_, 0), "cudaStreamWaitEvent (step)");
-    out_waited_ = true;
+  // The copy stream waits (once per step boundary) until the compute stream has passed the
+  // step just enqueued.
+  void wait_for_step(cudaStream_t copy_stream) {
+    bool& waited = copy_stream == out_stream_ ? out_waited_ : in_waited_;
+    if (waited) return;
+    check(cudaStreamWaitEvent(copy_stream, step_event_, 0), "cudaStreamWaitEvent (step)");
+    waited = true;
+    if (in_stream_ == out_stream_) out_waited_ = in_waited_ = true;
   }
 
   void record(cudaEvent_t& event, cudaStream_t stream, const Tensor& t) {
@@ -449,14 +461,15 @@ class CudaBackend final : public Backend {
     check(cudaEventRecord(event, stream), "cudaEventRecord for '" + t.name + "'");
   }
 
-  void wait_ready(State& st, void* stream) {
-    if (!st.ready) return;
+  // The compute stream waits for `event` (timed with the other waits before this step).
+  void wait_ready(cudaEvent_t event, void* stream) {
+    if (!event) return;
     if (!wait_open_) {
       wait_before_ = timing_event();
       check(cudaEventRecord(wait_before_, as_stream(stream)), "cudaEventRecord (before waits)");
       wait_open_ = true;
     }
-    check(cudaStreamWaitEvent(as_stream(stream), st.ready, 0), "cudaStreamWaitEvent (ready)");
+    check(cudaStreamWaitEvent(as_stream(stream), event, 0), "cudaStreamWaitEvent");
   }
 
   cudaEvent_t timing_event() {
@@ -507,7 +520,7 @@ class CudaBackend final : public Backend {
 
   cudaStream_t out_stream_ = nullptr, in_stream_ = nullptr;
   cudaEvent_t step_event_ = nullptr;
-  bool out_waited_ = false;
+  bool out_waited_ = false, in_waited_ = false;
   std::vector<State> tensors_;
 
   bool wait_open_ = false;

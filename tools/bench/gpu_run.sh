@@ -3,7 +3,8 @@
 #   tools/bench/gpu_run.sh BIN_DIR PLAN[@MODES]...
 # BIN_DIR holds test_gpu and autovm-replay (from a build with -Dcuda=enabled: build/tests/gpu,
 # build/tools/replay); each PLAN is replayed in every mode, or in MODES (autovm-replay --modes). Results go to $OUT (default
-# ./gpu-results): the gpu suite's log, the mechanism microbenchmark, one replay per plan.
+# ./gpu-results): the gpu suite's log, the mechanism microbenchmark (SKIP_BENCH=1 leaves it
+# out), one replay per plan.
 set -u
 bin=$1; shift
 out=${OUT:-gpu-results}
@@ -26,7 +27,7 @@ fi
   > "$out/device.txt" 2>&1
 echo "== gpu suite"; timeout 300 "$bin/test_gpu" 2>&1 | tee "$out/gpu_suite.txt" | tail -5
 echo "== mechanisms"
-timeout 240 "$bin/autovm-replay" --bench --repeat 3 --json "$out/bench.json" 2>&1 | tee "$out/bench.txt"
+[ -z "${SKIP_BENCH:-}" ] && timeout 240 "$bin/autovm-replay" --bench --repeat 3 --json "$out/bench.json" 2>&1 | tee "$out/bench.txt"
 for arg in "$@"; do
   plan=${arg%@*}
   modes=resident,demand,prefetch,staged,mapped

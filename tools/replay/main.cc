@@ -47,6 +47,7 @@ options:
   --device N         CUDA device (default 0)
   --free-margin GIB  device memory to leave free beyond the arena (default 1)
   --json FILE        also write the results as JSON
+  --verbose          print each training step's time as it completes (synchronises)
   --sizes LIST       --bench: transfer sizes in bytes with K/M/G suffixes
                      (default 64K,256K,1M,4M,16M,64M,256M,1G,4G)
   --mechanisms LIST  --bench: from prefetch, staged, mapped (default: all)
@@ -63,6 +64,7 @@ struct Options {
   std::vector<std::string> modes = {"resident", "demand", "prefetch", "staged", "mapped"};
   int steps = 5, warmup = 2, device = 0, repeat = 5;
   double free_margin_gib = 1.0;
+  bool verbose = false;
   std::string json_out;
   std::vector<int64_t> sizes;
   std::vector<std::string> mechanisms = {"prefetch", "staged", "mapped"};
@@ -119,6 +121,8 @@ Options parse(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
+    } else if (a == "--verbose") {
+      o.verbose = true;
     } else if (a == "--bench") {
       o.bench = true;
     } else if (a == "--modes") {
@@ -342,6 +346,14 @@ ModeResult replay_mode(const autovm_plan* plan, const std::string& mode, const O
       host_calls += 2;
     }
     cuda_check(cudaEventRecord(end[static_cast<size_t>(it)], stream), "cudaEventRecord");
+    if (o.verbose) {
+      float m = 0;
+      cuda_check(cudaEventSynchronize(end[static_cast<size_t>(it)]), "cudaEventSynchronize");
+      cuda_check(cudaEventElapsedTime(&m, begin[static_cast<size_t>(it)],
+                                      end[static_cast<size_t>(it)]),
+                 "cudaEventElapsedTime");
+      std::fprintf(stderr, "  %s: training step %d: %.1f ms\n", mode.c_str(), it, m);
+    }
   }
   cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the replay");
   ModeResult r;

@@ -260,9 +260,10 @@ typedef struct autovm_stats {
   int accounting_only;           /* 1: no arena memory (pointers are NULL) */
   /* CUDA backend, measured with events on the compute stream (0 for the host backend); they
    * cover steps whose events have completed, read when the stats are asked for: */
-  double stall_us;               /* SUM: time the compute stream waited for prefetches */
-  int64_t late_prefetches;       /* COUNT: waits that held the compute stream > 5 us */
-  int64_t measured_waits;        /* COUNT: waits timed */
+  double stall_us;               /* SUM: time the compute stream waited for transfers: prefetches
+                                    due, and evictions whose memory the step counts free */
+  int64_t late_prefetches;       /* COUNT: steps whose waits held the compute stream > 5 us */
+  int64_t measured_waits;        /* COUNT: steps that waited (all their waits timed as one) */
 } autovm_stats;
 
 /* Synchronises with the device (CUDA backend) to read the event timings: not for the hot path. */
