@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/pytorch_memory.h"
 #include "driver/pipeline.h"
 #include "driver/summary.h"
 #include "emit/plan_json.h"
@@ -46,6 +47,11 @@ options:
   -o, --output PLAN     write the plan here (atomically) instead of standard output
   --workspace-limit SIZE
                         most scratch memory assumed for one convolution (default 256MiB)
+  --memory-model autovm|pytorch
+                        pytorch: also predict the peak that plain PyTorch reaches for
+                        this step (torch.cuda.max_memory_allocated: autograd's saved
+                        tensors, the caching allocator, cuDNN), say whether it fits the
+                        budget, and write it to the plan as "pytorch_memory"
   --quiet               no summary on standard error
   -h, --help            this text
   --version             the version
@@ -67,6 +73,7 @@ struct Args {
   std::string output;
   autovm::PlanOptions options;
   bool quiet = false;
+  bool pytorch_memory = false;  // --memory-model pytorch
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -125,6 +132,11 @@ Args parse_args(int argc, char** argv, bool& done) {
       a.output = value();
     } else if (arg == "--workspace-limit") {
       a.options.conv_workspace_limit = autovm::parse_size(value(), true);
+    } else if (arg == "--memory-model") {
+      std::string v = value();
+      if (v != "autovm" && v != "pytorch")
+        usage_error(fmt::format("unknown memory model '{}': use autovm or pytorch", v));
+      a.pytorch_memory = v == "pytorch";
     } else if (arg == "--quiet") {
       a.quiet = true;
     } else if (!arg.empty() && arg[0] == '-' && arg != "-") {
@@ -146,6 +158,7 @@ int run(int argc, char** argv) {
   // The plan lives until the process exits: tearing down its many small allocations would
   // only cost time.
   autovm::Plan& plan = *new autovm::Plan(autovm::make_plan(a.model, a.options));
+  if (a.pytorch_memory) plan.pytorch_memory = autovm::predict_pytorch_memory(plan.training.graph);
   if (!a.quiet) std::fputs(autovm::plan_summary(plan).c_str(), stderr);
   if (a.output.empty() || a.output == "-") {
     autovm::write_plan_json(plan, [](std::string_view piece) {

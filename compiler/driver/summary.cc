@@ -69,6 +69,22 @@ std::string plan_summary(const Plan& plan) {
   else
     line("budget", fmt::format("{}: the peak is {} over it; swap plan below", format_bytes(budget),
                                format_bytes_short(tl.peak_bytes - budget)));
+  if (plan.pytorch_memory) {
+    const PytorchMemoryEstimate& pt = *plan.pytorch_memory;
+    line("pytorch", fmt::format("PyTorch peak (predicted): {} in {} at {}", format_bytes(pt.peak_bytes),
+                                pt.peak_phase, pt.peak_at));
+    line("", fmt::format("torch.cuda.max_memory_allocated of plain PyTorch; {} held, {} saved by "
+                         "autograd, {} parameter gradients",
+                         format_bytes_short(pt.persistent_bytes + pt.batch_bytes),
+                         format_bytes_short(pt.saved_bytes), format_bytes_short(pt.gradient_bytes)));
+    if (limited)
+      line("", pt.peak_bytes <= budget
+                   ? fmt::format("plain PyTorch fits the budget, {} to spare (allocated; the caching "
+                                 "allocator reserves more)",
+                                 format_bytes_short(budget - pt.peak_bytes))
+                   : fmt::format("plain PyTorch does not fit the budget: {} over",
+                                 format_bytes_short(pt.peak_bytes - budget)));
+  }
   if (!plan.compute_us.empty()) {
     const Prediction& p = plan.prediction;
     auto ms = [](double us) { return fmt::format("{:.1f} ms", us / 1000); };

@@ -229,6 +229,25 @@ void write_plan_json(const Plan& plan, const std::function<void(std::string_view
   }
   w.end_object();
   w.newline();
+  if (plan.pytorch_memory) {
+    const PytorchMemoryEstimate& pt = *plan.pytorch_memory;
+    w.key("pytorch_memory").begin_object();
+    w.key("model").value("pytorch-eager-1");
+    w.key("peak_allocated_bytes").value(pt.peak_bytes);
+    w.key("peak_phase").value(pt.peak_phase);
+    w.key("peak_at").value(pt.peak_at);
+    w.key("fits_budget").value(pt.peak_bytes <= o.budget_bytes);
+    w.key("persistent_bytes").value(pt.persistent_bytes);
+    w.key("batch_bytes").value(pt.batch_bytes);
+    w.key("saved_bytes").value(pt.saved_bytes);
+    w.key("end_forward_bytes").value(pt.end_forward_bytes);
+    w.key("forward_peak_bytes").value(pt.forward_peak_bytes);
+    w.key("backward_peak_bytes").value(pt.backward_peak_bytes);
+    w.key("optimizer_peak_bytes").value(pt.optimizer_peak_bytes);
+    w.key("gradient_bytes").value(pt.gradient_bytes);
+    w.end_object();
+    w.newline();
+  }
   w.end_object();
   w.newline();
   w.flush();

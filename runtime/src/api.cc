@@ -350,6 +350,14 @@ autovm_status autovm_tensor_pointer(autovm_runtime* rt, int32_t id, void** ptr) 
   });
 }
 
+autovm_status autovm_tensor_bind(autovm_runtime* rt, int32_t id, void* ptr, int64_t bytes) {
+  return guard([&] {
+    auto& e = executor_of(rt, __func__);
+    check_tensor(e.plan(), id, __func__);
+    e.bind(id, ptr, bytes);
+  });
+}
+
 autovm_status autovm_tensor_residency(const autovm_runtime* rt, int32_t id, autovm_residency* out) {
   return guard([&] {
     auto& e = executor_of(rt, __func__);

@@ -29,11 +29,21 @@ inline constexpr double kLateUs = 5.0;
 class Backend {
  public:
   virtual ~Backend() = default;
-  // Where the tensor lies; nullptr when the backend has no memory (accounting only).
-  virtual void* pointer(const Tensor& t) = 0;
+  // Where the tensor lies: the range the trainer bound to it, else its place in the arena;
+  // nullptr when the backend has no memory (accounting only).
+  void* pointer(const Tensor& t) {
+    const auto i = static_cast<size_t>(t.id);
+    return i < bound_.size() && bound_[i] ? bound_[i] : at(t.offset);
+  }
   // The address `offset` bytes into the backend's memory (the arena, then the room for chain
   // temporaries: Plan::memory_bytes()); nullptr in accounting-only mode.
   virtual void* at(int64_t offset) = 0;
+  // From now on the tensor lies at `p` (t.bytes long, the trainer's memory); nullptr: back in
+  // the arena. Throws Error(AUTOVM_ERR_INVALID_ARGUMENT) for memory the backend cannot move.
+  virtual void bind(const Tensor& t, void* p) {
+    if (bound_.size() <= static_cast<size_t>(t.id)) bound_.resize(static_cast<size_t>(t.id) + 1);
+    bound_[static_cast<size_t>(t.id)] = p;
+  }
   virtual bool has_memory() const = 0;
   // The trainer has enqueued step s on `stream` (-1: the start of the training step): copies
   // issued from here on may start once the stream passes this point.
@@ -56,6 +66,9 @@ class Backend {
   // The stalls measured so far (may synchronise with the device); reset_stalls() zeroes them.
   virtual StallTimes stalls() { return {}; }
   virtual void reset_stalls() {}
+
+ private:
+  std::vector<void*> bound_;  // [tensor] the trainer's range, or nullptr
 };
 
 struct HostBackendOptions {

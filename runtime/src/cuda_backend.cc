@@ -173,8 +173,26 @@ class CudaBackend final : public Backend {
     }
   }
 
-  void* pointer(const Tensor& t) override { return arena_ + t.offset; }
   void* at(int64_t offset) override { return arena_ + offset; }
+
+  // The trainer's own range: managed memory for the managed mechanisms (the driver moves and
+  // discards it), managed or device memory for mapped (the copy engine moves it).
+  void bind(const Tensor& t, void* p) override {
+    if (p != nullptr) {
+      cudaPointerAttributes a{};
+      check(cudaPointerGetAttributes(&a, p), "cudaPointerGetAttributes for '" + t.name + "'");
+      const bool ok = a.type == cudaMemoryTypeManaged ||
+                      (!managed_ && a.type == cudaMemoryTypeDevice && a.device == options_.device);
+      if (!ok)
+        throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                    "the range bound to '" + t.name + "' is not " +
+                        (managed_ ? std::string("managed memory (cudaMallocManaged), which the ") +
+                                        name(options_.mechanism) + " mechanism needs"
+                                  : std::string("device or managed memory of device ") +
+                                        std::to_string(options_.device)));
+    }
+    Backend::bind(t, p);
+  }
   bool has_memory() const override { return true; }
 
   void step_enqueued(StepIndex, void* stream) override {
@@ -415,11 +433,9 @@ class CudaBackend final : public Backend {
 
   // The whole 2 MiB blocks inside the tensor's range; false when there are none.
   bool blocks(const Tensor& t, void*& begin, size_t& size) {
-    const auto base = reinterpret_cast<uintptr_t>(arena_);
-    const int64_t first = (static_cast<int64_t>(base) + t.offset + kDiscardBlock - 1) /
-                          kDiscardBlock * kDiscardBlock;
-    const int64_t end = (static_cast<int64_t>(base) + t.offset + t.bytes) / kDiscardBlock *
-                        kDiscardBlock;
+    const auto base = static_cast<int64_t>(reinterpret_cast<uintptr_t>(pointer(t)));
+    const int64_t first = (base + kDiscardBlock - 1) / kDiscardBlock * kDiscardBlock;
+    const int64_t end = (base + t.bytes) / kDiscardBlock * kDiscardBlock;
     if (end <= first) return false;
     begin = reinterpret_cast<void*>(first);
     size = static_cast<size_t>(end - first);

@@ -228,6 +228,23 @@ void Executor::touch(StepIndex s, TensorId id) {
                   "resident there: check it with 'autovm-inspect verify', or plan again");
 }
 
+void Executor::bind(TensorId id, void* p, int64_t bytes) {
+  const Tensor& t = tensor(id);
+  if (p != nullptr && bytes != t.bytes)
+    throw Error(AUTOVM_ERR_INVALID_ARGUMENT, "autovm_tensor_bind: tensor '" + t.name + "' has " +
+                                                 std::to_string(t.bytes) + " bytes, not " +
+                                                 std::to_string(bytes));
+  if (running_)
+    throw Error(AUTOVM_ERR_STATE, "autovm_tensor_bind of '" + t.name + "' while step " +
+                                      std::to_string(*running_) +
+                                      " is running; bind between training steps");
+  const autovm_residency now = residency(id);
+  if (now != AUTOVM_RESIDENCY_RESIDENT && now != AUTOVM_RESIDENCY_UNALLOCATED)
+    throw Error(AUTOVM_ERR_STATE, "autovm_tensor_bind of '" + t.name + "', which is " +
+                                      describe(now) + "; bind it while it is resident");
+  backend_->bind(t, p);
+}
+
 autovm_stats Executor::stats() const {
   autovm_stats out = stats_;
   const StallTimes stalls = backend_->stalls();

@@ -49,6 +49,9 @@ class Executor {
     const int64_t temp = temporary_offset_[static_cast<size_t>(t)];
     return temp >= 0 ? backend_->at(plan_->arena_bytes + temp) : backend_->pointer(tensor(t));
   }
+  // The trainer's own memory for tensor t (nullptr: back to the arena). Only between steps,
+  // with the tensor resident or outside its lifetime; throws Error otherwise.
+  void bind(TensorId t, void* p, int64_t bytes);
   autovm_residency residency(TensorId t) const { return state_[static_cast<size_t>(t)]; }
   // Reads the backend's stall timings too (may synchronise with the device).
   autovm_stats stats() const;

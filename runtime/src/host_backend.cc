@@ -28,30 +28,31 @@ class HostBackend final : public Backend {
     std::memset(arena_.get(), 0, bytes);
   }
 
-  void* pointer(const Tensor& t) override { return at(t.offset); }
   void* at(int64_t offset) override { return arena_ ? arena_.get() + offset : nullptr; }
   bool has_memory() const override { return arena_ != nullptr; }
 
   void evict_issue(const Tensor& t, void*) override {
-    if (!arena_) return;
+    const void* from = pointer(t);
+    if (!from) return;
     std::vector<unsigned char>& shadow = shadow_[static_cast<size_t>(t.id)];
     shadow.resize(static_cast<size_t>(t.bytes));  // std::bad_alloc: reported as out of memory
-    std::memcpy(shadow.data(), arena_.get() + t.offset, shadow.size());
+    std::memcpy(shadow.data(), from, shadow.size());
   }
   void evict_complete(const Tensor& t, void*) override { poison(t); }
   void prefetch_issue(const Tensor&, void*) override {}
   void prefetch_complete(const Tensor& t, void*) override {
-    if (!arena_) return;
+    void* to = pointer(t);
+    if (!to) return;
     const std::vector<unsigned char>& shadow = shadow_[static_cast<size_t>(t.id)];
     if (shadow.size() != static_cast<size_t>(t.bytes))  // the plan checked: evict comes first
       throw Error(AUTOVM_ERR_BACKEND, "prefetch of '" + t.name + "' finds no evicted copy");
-    std::memcpy(arena_.get() + t.offset, shadow.data(), shadow.size());
+    std::memcpy(to, shadow.data(), shadow.size());
   }
   void discard(const Tensor& t, void*) override { poison(t); }
 
  private:
   void poison(const Tensor& t) {
-    if (arena_) std::memset(arena_.get() + t.offset, kPoison, static_cast<size_t>(t.bytes));
+    if (void* p = pointer(t)) std::memset(p, kPoison, static_cast<size_t>(t.bytes));
   }
 
   std::unique_ptr<unsigned char[], ArenaDeleter> arena_;

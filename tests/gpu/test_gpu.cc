@@ -88,7 +88,8 @@ autovm_plan* load(const std::string& text) {
 }
 
 // Runs `rounds` training steps under `mechanism` and `mode` and checks every tensor at step 3.
-void run(autovm_mechanism mechanism, autovm_mode mode, int rounds) {
+// With `bind_a`, tensor a lies in the test's own managed range instead of the arena.
+void run(autovm_mechanism mechanism, autovm_mode mode, int rounds, bool bind_a = false) {
   Gpu gpu;
   autovm_plan* plan = load(make_plan());
   autovm_runtime_options o;
@@ -99,8 +100,14 @@ void run(autovm_mechanism mechanism, autovm_mode mode, int rounds) {
   o.strict = 1;
   autovm_runtime* rt = nullptr;
   REQUIRE_MESSAGE(autovm_runtime_create(plan, &o, &rt) == AUTOVM_OK, autovm_last_error());
+  void* own = nullptr;
+  if (bind_a) {
+    REQUIRE(cudaMallocManaged(&own, static_cast<size_t>(kBytes[0])) == cudaSuccess);
+    REQUIRE_MESSAGE(autovm_tensor_bind(rt, 0, own, kBytes[0]) == AUTOVM_OK, autovm_last_error());
+  }
   void* ptr[4];
   for (int t = 0; t < 4; ++t) REQUIRE(autovm_tensor_pointer(rt, t, &ptr[t]) == AUTOVM_OK);
+  if (bind_a) CHECK(ptr[0] == own);
   for (int round = 0; round < rounds; ++round) {
     const uint32_t seed = 1000u * static_cast<uint32_t>(round + 1);
     for (int s = 0; s < 5; ++s) {
@@ -149,6 +156,7 @@ void run(autovm_mechanism mechanism, autovm_mode mode, int rounds) {
   if (mode == AUTOVM_MODE_DEMAND_PAGING) CHECK(st.measured_waits == rounds);  // evictions only
   autovm_runtime_free(rt);
   autovm_plan_free(plan);
+  if (own) cudaFree(own);
 }
 
 }  // namespace
@@ -165,6 +173,29 @@ TEST_CASE("mapped mechanism: evicted bytes come back intact") {
 TEST_CASE("demand paging: evicted pages fault back intact") {
   run(AUTOVM_MECHANISM_PLAN, AUTOVM_MODE_DEMAND_PAGING, 2);
 }
+TEST_CASE("a tensor bound to the trainer's own managed memory is moved there, every mechanism") {
+  run(AUTOVM_MECHANISM_STAGED, AUTOVM_MODE_PLAN, 2, true);
+  run(AUTOVM_MECHANISM_PREFETCH, AUTOVM_MODE_PLAN, 2, true);
+  run(AUTOVM_MECHANISM_MAPPED, AUTOVM_MODE_PLAN, 2, true);
+}
+
+TEST_CASE("binding memory the mechanism cannot move is refused") {
+  autovm_plan* plan = load(make_plan());
+  autovm_runtime_options o;
+  autovm_runtime_options_init(&o);
+  o.backend = AUTOVM_BACKEND_CUDA;
+  o.mechanism = AUTOVM_MECHANISM_STAGED;
+  autovm_runtime* rt = nullptr;
+  REQUIRE(autovm_runtime_create(plan, &o, &rt) == AUTOVM_OK);
+  void* device = nullptr;
+  REQUIRE(cudaMalloc(&device, static_cast<size_t>(kBytes[0])) == cudaSuccess);
+  CHECK(autovm_tensor_bind(rt, 0, device, kBytes[0]) == AUTOVM_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(autovm_last_error()).find("managed memory") != std::string::npos);
+  cudaFree(device);
+  autovm_runtime_free(rt);
+  autovm_plan_free(plan);
+}
+
 TEST_CASE("resident mode: no actions") { run(AUTOVM_MECHANISM_STAGED, AUTOVM_MODE_RESIDENT, 1); }
 
 TEST_CASE("an arena larger than the free device memory is refused before anything is allocated") {

@@ -84,6 +84,19 @@ with tempfile.TemporaryDirectory() as tmp:
     same = open(out, "rb").read() == open(out + ".2", "rb").read()
     results.append(same and json.loads(r.stdout)["model"]["batch"] == 2)
     print(f"{'PASS' if results[-1] else 'FAIL'} identical inputs give byte-identical plans")
+    # --memory-model pytorch: the summary line, the plan's pytorch_memory, the budget's answer;
+    # without it the plan has no such field.
+    case("unknown memory model", [RESNET18, "--batch", "2", "--memory-model", "tf"], 2,
+         "unknown memory model 'tf'")
+    r = case("PyTorch memory model", [RESNET18, "--batch", "32", "--memory-model", "pytorch", "--budget", "8GB"],
+             0, "PyTorch peak (predicted): ", "plain PyTorch fits the budget")
+    pt = json.loads(r.stdout).get("pytorch_memory", {})
+    ok = (pt.get("model") == "pytorch-eager-1" and pt.get("fits_budget") is True
+          and pt["peak_allocated_bytes"] > json.loads(r.stdout)["statistics"]["parameter_bytes"])
+    results.append(ok and "pytorch_memory" not in json.loads(run(RESNET18, "--batch", "2", "--quiet").stdout))
+    print(f"{'PASS' if results[-1] else 'FAIL'} pytorch_memory in the plan only with --memory-model pytorch")
+    case("PyTorch does not fit", [RESNET18, "--batch", "32", "--memory-model", "pytorch", "--budget", "500MB",
+                                  "-o", os.devnull], 0, "plain PyTorch does not fit the budget")
     leftovers = [f for f in os.listdir(tmp) if ".tmp" in f]
     results.append(not leftovers)
     print(f"{'PASS' if not leftovers else 'FAIL'} no temporary files left behind {leftovers}")

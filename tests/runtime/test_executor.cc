@@ -149,6 +149,42 @@ TEST_CASE("a chain temporary lies after the arena for its one step") {
   CHECK(rt.stats().violations == 0);
 }
 
+TEST_CASE("a tensor bound to the trainer's own memory is moved there, not in the arena") {
+  // evict.json: a is evicted after step 1 and prefetched back before step 3.
+  autovm::Plan plan = autovm::Plan::load(rt_test::plan_path("evict.json"));
+  autovm::Runtime rt(plan);
+  const int32_t a = plan.tensor_id("a");
+  auto* arena_a = static_cast<unsigned char*>(rt.pointer(a));
+  std::vector<unsigned char> mine(2048);
+  CHECK_THROWS_AS(rt.bind(a, mine.data(), 1000), autovm::RuntimeError);  // not a's size
+  rt.bind(a, mine.data(), 2048);
+  CHECK(rt.pointer(a) == mine.data());
+  fill(arena_a, 2048, 5);
+  const uint64_t arena_sum = checksum(arena_a, 2048);
+  for (int64_t s = 0; s < 5; ++s) {
+    rt.step_begin(s);
+    if (s == 0) fill(mine.data(), 2048, 11);
+    if (s == 2) {
+      CHECK(all_poison(mine.data(), 2048));  // evicted: the bound range is poisoned
+      CHECK_THROWS_AS(rt.bind(a, nullptr, 0), autovm::RuntimeError);  // a step is running
+    }
+    if (s == 3) {
+      std::vector<unsigned char> expect(2048);
+      fill(expect.data(), 2048, 11);
+      CHECK(checksum(mine.data(), 2048) == checksum(expect.data(), 2048));  // brought back
+    }
+    rt.step_end(s);
+    if (s == 1) {  // between steps, but a is being evicted
+      autovm_status st = autovm_tensor_bind(rt.get(), a, nullptr, 0);
+      CHECK(st == AUTOVM_ERR_STATE);
+      CHECK(std::string(autovm_last_error()).find("being evicted") != std::string::npos);
+    }
+  }
+  CHECK(checksum(arena_a, 2048) == arena_sum);  // the arena range was never touched
+  rt.bind(a, nullptr, 0);
+  CHECK(rt.pointer(a) == arena_a);
+}
+
 TEST_CASE("a persistent tensor kept on the host between training steps") {
   // w: prefetch after step -1 (ready before 0), evict after step 4 (ready by the end).
   autovm::Plan plan = autovm::Plan::load(rt_test::plan_path("persistent.json"));

@@ -235,6 +235,14 @@ AUTOVM_EXPORT autovm_status autovm_step_end(autovm_runtime* rt, int64_t step, vo
  * again after step_begin for tensors a recompute brings back. NULL (with AUTOVM_OK) in
  * accounting-only mode. */
 AUTOVM_EXPORT autovm_status autovm_tensor_pointer(autovm_runtime* rt, int32_t id, void** ptr);
+/* Binds the trainer's own memory to tensor id: from now on the runtime moves [ptr, ptr + bytes)
+ * for it instead of its arena range (bytes must be the tensor's; ptr NULL: back to the arena).
+ * The contents are not copied. CUDA backend: managed memory (cudaMallocManaged) for the prefetch
+ * and staged mechanisms, managed or device memory for mapped; anything else is
+ * AUTOVM_ERR_INVALID_ARGUMENT. Only between steps, with the tensor resident or outside its
+ * lifetime (AUTOVM_ERR_STATE otherwise). */
+AUTOVM_EXPORT autovm_status autovm_tensor_bind(autovm_runtime* rt, int32_t id, void* ptr,
+                                               int64_t bytes);
 AUTOVM_EXPORT autovm_status autovm_tensor_residency(const autovm_runtime* rt, int32_t id,
                                                     autovm_residency* out);
 /* Declares that the running step (between step_begin and step_end of `step`) uses tensor id.

@@ -100,6 +100,11 @@ class Runtime {
     check(autovm_tensor_pointer(rt_.get(), id, &p));
     return p;
   }
+  // The trainer's own memory for tensor id (nullptr: back to the arena); autovm_tensor_bind.
+  void bind(int32_t id, void* ptr, int64_t bytes) {
+    check(autovm_tensor_bind(rt_.get(), id, ptr, bytes));
+  }
+  void reset_stats() { check(autovm_runtime_stats_reset(rt_.get())); }
   autovm_residency residency(int32_t id) const {
     autovm_residency r = AUTOVM_RESIDENCY_UNALLOCATED;
     check(autovm_tensor_residency(rt_.get(), id, &r));
