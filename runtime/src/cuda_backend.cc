@@ -128,27 +128,35 @@ class CudaBackend final : public Backend {
       // pinned buffer that nothing brings back.
       options_.mechanism = AUTOVM_MECHANISM_PREFETCH;
     }
-    select_device();
-    arena_bytes_ = std::max<int64_t>(plan.memory_bytes(), 1);
-    check_fits();
-    if (managed_) {
-      allocate_managed();
-    } else {
-      allocate_mapped();
+    try {
+      select_device();
+      arena_bytes_ = std::max<int64_t>(plan.memory_bytes(), 1);
+      check_fits();
+      if (managed_) {
+        allocate_managed();
+      } else {
+        allocate_mapped();
+      }
+      check(cudaStreamCreateWithFlags(&out_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+      if (managed_) {
+        in_stream_ = out_stream_;
+      } else {
+        check(cudaStreamCreateWithFlags(&in_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+      }
+      check(cudaEventCreateWithFlags(&step_event_, cudaEventDisableTiming), "cudaEventCreate");
+      stall_by_step_.assign(plan.steps.size(), 0.0);
+      allocate_shadows(plan);
+    } catch (...) {
+      release();  // what was allocated before the failure
+      throw;
     }
-    check(cudaStreamCreateWithFlags(&out_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    if (managed_) {
-      in_stream_ = out_stream_;
-    } else {
-      check(cudaStreamCreateWithFlags(&in_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    }
-    check(cudaEventCreateWithFlags(&step_event_, cudaEventDisableTiming), "cudaEventCreate");
-    stall_by_step_.assign(plan.steps.size(), 0.0);
-    allocate_shadows(plan);
   }
 
-  ~CudaBackend() override {
-    // Errors are ignored here: a destructor cannot report them, and the memory goes either way.
+  ~CudaBackend() override { release(); }
+
+  // Frees whatever was allocated. Errors are ignored: nothing could report them, and the
+  // memory goes either way.
+  void release() noexcept {
     cudaSetDevice(options_.device);
     if (out_stream_) cudaStreamSynchronize(out_stream_);
     if (in_stream_ && in_stream_ != out_stream_) cudaStreamSynchronize(in_stream_);

@@ -87,16 +87,22 @@ autovm_plan* load(const std::string& text) {
   return plan;
 }
 
-// Runs `rounds` training steps under `mechanism` and `mode` and checks every tensor at step 3.
-// With `bind_a`, tensor a lies in the test's own managed range instead of the arena.
-void run(autovm_mechanism mechanism, autovm_mode mode, int rounds, bool bind_a = false) {
-  Gpu gpu;
-  autovm_plan* plan = load(make_plan());
+autovm_runtime_options cuda_options(autovm_mechanism mechanism,
+                                    autovm_mode mode = AUTOVM_MODE_PLAN) {
   autovm_runtime_options o;
   autovm_runtime_options_init(&o);
   o.backend = AUTOVM_BACKEND_CUDA;
   o.mechanism = mechanism;
   o.mode = mode;
+  return o;
+}
+
+// Runs `rounds` training steps under `mechanism` and `mode` and checks every tensor at step 3.
+// With `bind_a`, tensor a lies in the test's own managed range instead of the arena.
+void run(autovm_mechanism mechanism, autovm_mode mode, int rounds, bool bind_a = false) {
+  Gpu gpu;
+  autovm_plan* plan = load(make_plan());
+  autovm_runtime_options o = cuda_options(mechanism, mode);
   o.strict = 1;
   autovm_runtime* rt = nullptr;
   REQUIRE_MESSAGE(autovm_runtime_create(plan, &o, &rt) == AUTOVM_OK, autovm_last_error());
@@ -181,10 +187,7 @@ TEST_CASE("a tensor bound to the trainer's own managed memory is moved there, ev
 
 TEST_CASE("binding memory the mechanism cannot move is refused") {
   autovm_plan* plan = load(make_plan());
-  autovm_runtime_options o;
-  autovm_runtime_options_init(&o);
-  o.backend = AUTOVM_BACKEND_CUDA;
-  o.mechanism = AUTOVM_MECHANISM_STAGED;
+  autovm_runtime_options o = cuda_options(AUTOVM_MECHANISM_STAGED);
   autovm_runtime* rt = nullptr;
   REQUIRE(autovm_runtime_create(plan, &o, &rt) == AUTOVM_OK);
   void* device = nullptr;
@@ -204,10 +207,7 @@ TEST_CASE("an arena larger than the free device memory is refused before anythin
   // Larger than the whole device: checked against free memory, never allocated.
   autovm_plan* plan = load(make_plan(static_cast<int64_t>(total) * 2));
   for (autovm_mechanism m : {AUTOVM_MECHANISM_STAGED, AUTOVM_MECHANISM_MAPPED}) {
-    autovm_runtime_options o;
-    autovm_runtime_options_init(&o);
-    o.backend = AUTOVM_BACKEND_CUDA;
-    o.mechanism = m;
+    autovm_runtime_options o = cuda_options(m);
     autovm_runtime* rt = nullptr;
     CHECK(autovm_runtime_create(plan, &o, &rt) == AUTOVM_ERR_OUT_OF_MEMORY);
     CHECK(std::string(autovm_last_error()).find("does not fit") != std::string::npos);
@@ -218,11 +218,7 @@ TEST_CASE("an arena larger than the free device memory is refused before anythin
 
 TEST_CASE("demand paging with the mapped mechanism is refused") {
   autovm_plan* plan = load(make_plan());
-  autovm_runtime_options o;
-  autovm_runtime_options_init(&o);
-  o.backend = AUTOVM_BACKEND_CUDA;
-  o.mechanism = AUTOVM_MECHANISM_MAPPED;
-  o.mode = AUTOVM_MODE_DEMAND_PAGING;
+  autovm_runtime_options o = cuda_options(AUTOVM_MECHANISM_MAPPED, AUTOVM_MODE_DEMAND_PAGING);
   autovm_runtime* rt = nullptr;
   CHECK(autovm_runtime_create(plan, &o, &rt) == AUTOVM_ERR_INVALID_ARGUMENT);
   autovm_plan_free(plan);
