@@ -1,5 +1,7 @@
 #include "plan/bound.h"
 
+#include "plan/gaps.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -94,6 +96,61 @@ class RecomputeCost {
   std::vector<Item> items_;
 };
 
+// F(b) of bound.h: the to-device time of the tensors that can only arrive at step b by a
+// prefetch issued when step b-1 finishes.
+std::vector<double> forced_arrival_us(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                                      int64_t budget, const Mechanism& mech) {
+  const StepIndex n = g.step_count();
+  std::vector<double> forced(size_t(n), 0);
+  std::vector<int64_t> unavoidable = unavoidable_bytes(g, life);
+  auto used_at = [&](TensorId t, StepIndex s) {
+    const auto& u = life[size_t(t)].uses;
+    return std::binary_search(u.begin(), u.end(), s);
+  };
+  auto live_at = [&](TensorId t, StepIndex s) {
+    const Lifetime& l = life[size_t(t)];
+    return l.persistent || (l.first <= s && s <= l.last);
+  };
+  // Least bytes a recompute of t before step b must make as temporaries; -1 when no recompute
+  // can regenerate t (bound.h: no producer that can run again).
+  auto temporaries = [&](TensorId t, StepIndex b) -> int64_t {
+    const Lifetime& l = life[size_t(t)];
+    const Tensor& tensor = g.tensor(t);
+    if (l.persistent || tensor.kind == TensorKind::input || tensor.kind == TensorKind::label)
+      return -1;
+    const Step& p = g.step(l.first);
+    if (p.phase != Phase::forward || p.op == "Dropout") return -1;
+    std::vector<TensorId> touched = p.inputs;
+    touched.insert(touched.end(), p.outputs.begin(), p.outputs.end());
+    std::sort(touched.begin(), touched.end());
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    int64_t bytes = 0;
+    for (TensorId y : touched)
+      if (y != t && !live_at(y, b)) bytes += g.tensor(y).bytes;
+    return bytes;
+  };
+  for (StepIndex b = 1; b < n; ++b) {
+    const Step& step = g.step(b);
+    std::vector<TensorId> used = step.inputs;
+    used.insert(used.end(), step.outputs.begin(), step.outputs.end());
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
+    for (TensorId x : used) {
+      int64_t bytes = g.tensor(x).bytes;
+      const Lifetime& l = life[size_t(x)];
+      // Not resident at b-1 only if off there: x is live at b-1, unused there, and a gap
+      // covers b-1 (a non-persistent tensor before its first use is in unavoidable(b-1)).
+      if (bytes == 0 || used_at(x, b - 1) || !(l.persistent || l.first < b)) continue;
+      if (!l.persistent && l.uses.front() >= b) continue;
+      if (unavoidable[size_t(b - 1)] + bytes <= budget) continue;  // may be resident at b-1
+      int64_t made = temporaries(x, b);
+      if (made >= 0 && unavoidable[size_t(b)] + made <= budget) continue;  // may be regenerated
+      forced[size_t(b)] += mech.to_device.time_us(bytes);
+    }
+  }
+  return forced;
+}
+
 }  // namespace
 
 StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& life,
@@ -104,7 +161,11 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
   std::vector<double> before(n + 1, 0);
   for (size_t s = 0; s < n; ++s) before[s + 1] = before[s] + compute_us[s];
   b.compute_us = before[n];
-  b.bound_us = b.compute_us;
+  std::vector<double> forced = forced_arrival_us(g, life, budget, mech);
+  std::vector<double> forced_before(n + 1, 0);  // F over steps [0, s]
+  for (size_t s = 0; s < n; ++s) forced_before[s + 1] = forced_before[s] + forced[s];
+  b.forced_stall_us = forced_before[n];
+  b.bound_us = b.compute_us + b.forced_stall_us;
 
   std::vector<size_t> over;
   for (size_t s = 0; s < n; ++s)
@@ -113,11 +174,18 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
     return live[x] != live[y] ? live[x] > live[y] : x < y;
   });
   if (over.size() > 16) over.resize(16);
+  // And the steps around a forced arrival b (b-1 and b), where the budget is tightest.
+  for (size_t s = 0; s < n; ++s) {
+    bool near = forced[s] > 0 || (s + 1 < n && forced[s + 1] > 0);
+    if (near && live[s] > budget && std::find(over.begin(), over.end(), s) == over.end())
+      over.push_back(s);
+  }
 
   for (size_t s : over) {
     double e = double(live[s] - budget);
     if (e <= 0) continue;
-    double c_before = before[s], c_after = before[n] - before[s + 1];
+    double c_before = before[s] + forced_before[s + 1];
+    double c_after = before[n] - before[s + 1] + forced_before[n] - forced_before[s + 1];
     RecomputeCost rc(g, life, StepIndex(s), compute_us);
     auto time = [&](double moved) {
       double start = std::max(c_before, moved / (mech.to_host.bandwidth_gbps * 1e3));

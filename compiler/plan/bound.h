@@ -15,9 +15,29 @@
 //     persistent state) have infinite cost.
 //   bound(s) = min over M in [0, E] of
 //       max(C_<s, M/bw_to_host) + c_s + max(C_>s + Rc(E - M), M/bw_to_device)
-// The function is convex in M, so a ternary search finds the minimum. The bound is the
-// largest bound(s) over the steps with the most excess (the top 16), and at least C. Fixed
-// costs per transfer and link sharing between directions only make plans slower.
+// The function is convex in M, so a ternary search finds the minimum.
+//
+// Forced arrivals. unavoidable(s) (plan/gaps.h) is resident at s under every plan. A tensor x
+// used at step b, not used at b-1, live at b-1 and covered there by a gap (so not counted in
+// unavoidable(b-1)) with unavoidable(b-1) + bytes(x) > budget cannot be resident at b-1. It is
+// resident at b, so it becomes resident exactly at b, in one of two ways (execution-model.md):
+//   - a prefetch with after_step = b-1 (an earlier one would make x resident at b-1) and
+//     ready_before_step = b: issued when b-1 finishes, and step b waits for it;
+//   - a recompute before b: its source step p (x's producer) runs with its inputs resident at
+//     b, and its inputs and outputs whose lifetime has ended by b are temporaries at b. Those
+//     are not in unavoidable(b) (not live at b), so the recompute needs
+//     unavoidable(b) + T(x, b) <= budget, T(x, b) the bytes of p's inputs and other outputs not
+//     live at b; impossible too when x cannot be regenerated at all (as above).
+// When neither recompute is possible, x is forced: every such x at b is a prefetch issued at
+// the end of b-1 that b waits for, all on the one to-device queue, so the compute stream stalls
+// before b at least F(b) = sum of to_device.time_us(bytes(x)) over them. Stalls, step compute
+// and recompute are disjoint stretches of the compute stream, so the step takes at least
+// C + sum_b F(b), and in bound(s) the stalls before s add to C_<s, the stalls after s to C_>s:
+//   bound(s) = min over M of  max(C_<s + F_<=s, M/bw_to_host) + c_s
+//                           + max(C_>s + F_>s + Rc(E - M), M/bw_to_device).
+// The bound is the largest of C + sum_b F(b) and bound(s) over the steps with the most excess
+// (the top 16) and the over-budget steps b-1 and b of each forced arrival b. Fixed costs per
+// transfer and link sharing between directions only make plans slower.
 #pragma once
 
 #include <vector>
@@ -30,6 +50,7 @@ namespace autovm {
 struct StepTimeBound {
   double bound_us = 0;
   double compute_us = 0;          // C
+  double forced_stall_us = 0;     // sum over steps b of F(b): forced arrivals' stall
   StepIndex critical_step = -1;   // the s that sets the bound (-1: compute alone)
   int64_t must_move_bytes = 0;    // E(s) at that step, moved or regenerated
 };

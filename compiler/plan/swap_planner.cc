@@ -98,7 +98,7 @@ class Selector {
            const std::vector<Action>& base)
       : g_(g), life_(life), compute_(compute_us), mech_(mech), opts_(o),
         n_(g.step_count()), to_host_(compute_us),
-        to_device_(compute_us), unavoidable_(unavoidable_bytes(g, life)) {
+        to_device_(compute_us), unavoidable_(unavoidable_bytes(g, life)), floor_(unavoidable_) {
     std::vector<int64_t> resident = resident_bytes(g, life, base);
     excess_.resize(resident.size());
     for (size_t s = 0; s < resident.size(); ++s) excess_[s] = resident[s] - o.budget_bytes;
@@ -108,7 +108,11 @@ class Selector {
     for (const Action& a : base) {
       in_base_[size_t(a.tensor)] = true;
       if (a.kind == ActionKind::recompute)
-        for (TensorId in : g.step(a.source_step).inputs) pinned_[size_t(in)].push_back(a.ready_before_step);
+        for (TensorId in : g.step(a.source_step).inputs) {
+          if (!pinned_at(in, a.ready_before_step) && g.tensor(in).bytes > 0)
+            floor_[size_t(a.ready_before_step)] += g.tensor(in).bytes;
+          pinned_[size_t(in)].push_back(a.ready_before_step);
+        }
     }
     for (const Gap& gp : find_gaps(g, life))
       if (!in_base_[size_t(gp.tensor)]) gaps_.push_back(gp);
@@ -223,11 +227,24 @@ class Selector {
     auto ran = ran_at_.find(at);
     for (StepIndex q : c.steps)
       if (ran == ran_at_.end() || !ran->second.count(q)) c.cost_us += compute_[size_t(q)];
-    // The temporaries must fit beside what step `at` needs anyway.
+    // The temporaries, the pins that step `at` does not use itself and the regenerated tensor
+    // (resident from `at` to its next use) must fit beside what those steps need anyway.
     int64_t extra = c.temporary_bytes;
-    auto made = temporary_bytes_at_.find(at);
-    if (made != temporary_bytes_at_.end()) extra += made->second;
-    return unavoidable_[size_t(at)] + extra <= opts_.budget_bytes;
+    for (TensorId y : c.pins)
+      if (!pinned_at(y, at)) extra += g_.tensor(y).bytes;
+    if (floor_[size_t(at)] + extra > opts_.budget_bytes) return false;
+    int64_t bytes = g_.tensor(gp.tensor).bytes;
+    for (StepIndex s = at; s < gp.before; ++s)
+      if (floor_[size_t(s)] + (s == at ? extra : 0) + bytes > opts_.budget_bytes) return false;
+    return true;
+  }
+
+  // Whether y already counts in floor_[at]: used there, or pinned there by an earlier chain.
+  bool pinned_at(TensorId y, StepIndex at) const {
+    const auto& uses = life_[size_t(y)].uses;
+    if (std::binary_search(uses.begin(), uses.end(), at)) return true;
+    const auto& p = pinned_[size_t(y)];
+    return std::find(p.begin(), p.end(), at) != p.end();
   }
 
   bool is_off(TensorId t, StepIndex s) const {
@@ -338,10 +355,16 @@ class Selector {
       c.lo = c.gap.after + 1;  // dropping costs no time: off until the chain runs
       c.hi = ch.at - 1;
       c.temporaries = ch.temporaries;
-      for (TensorId y : ch.pins) pinned_[size_t(y)].push_back(ch.at);
+      for (TensorId y : ch.pins) {
+        if (pinned_at(y, ch.at)) continue;
+        floor_[size_t(ch.at)] += g_.tensor(y).bytes;
+        pinned_[size_t(y)].push_back(ch.at);
+      }
+      floor_[size_t(ch.at)] += ch.temporary_bytes;
+      for (StepIndex k = ch.at; k < c.gap.before; ++k)
+        floor_[size_t(k)] += g_.tensor(c.gap.tensor).bytes;
       for (TensorId y : ch.temporaries) temporaries_at_[ch.at].insert(y);
       for (StepIndex q : ch.steps) ran_at_[ch.at].insert(q);
-      temporary_bytes_at_[ch.at] += ch.temporary_bytes;
       excess_[size_t(ch.at)] += ch.temporary_bytes;
       return c;
     }
@@ -374,6 +397,9 @@ class Selector {
   StepIndex n_;
   LinkLoad to_host_, to_device_;  // to_host_ is the shared queue when not duplex
   std::vector<int64_t> unavoidable_;
+  // What must be resident at each step whatever is chosen next: unavoidable bytes, chain pins
+  // and temporaries, and regenerated tensors resident from their chain to their next use.
+  std::vector<int64_t> floor_;
   std::vector<int64_t> excess_;
   std::vector<Gap> gaps_;
   std::vector<bool> taken_;
@@ -381,7 +407,6 @@ class Selector {
   std::vector<std::vector<Choice>> off_;       // chosen windows by tensor
   std::vector<std::vector<StepIndex>> pinned_;  // steps where a recompute needs the tensor
   std::map<StepIndex, std::set<TensorId>> temporaries_at_;  // chain temporaries by step
-  std::map<StepIndex, int64_t> temporary_bytes_at_;
   std::map<StepIndex, std::set<StepIndex>> ran_at_;         // chain steps run before a step
   std::vector<StepIndex> next_over_;  // first over-budget step >= s (n if none)
   std::vector<StepIndex> prev_over_;  // last over-budget step <= s (-1 if none)

@@ -9,8 +9,12 @@
 //               recursively, the producers of its inputs whose lifetime ended, run again just
 //               before its next use (or before a step where another chain needs it), their
 //               live inputs and outputs kept resident there (pinned), the dead ones made as
-//               temporaries that count against the budget at that step (a chain whose
-//               temporaries cannot fit beside that step's unavoidable bytes is not offered).
+//               temporaries that count against the budget at that step. A chain is not
+//               offered when its temporaries, its pins that step does not use and the tensor
+//               it regenerates (resident from the chain to its next use) cannot fit beside
+//               what those steps must hold already: their unavoidable bytes and earlier
+//               chains' pins, temporaries and regenerated tensors (else a step could be left
+//               over the budget with nothing left to take off).
 //               Costs: a chain's compute (steps already run there by an earlier chain are
 //               free); a transfer's predicted stall, from the link time left in the compute
 //               windows around the gap after earlier choices (one link when not duplex), plus

@@ -1,0 +1,23 @@
+"""AutoVM for PyTorch training scripts (python/autovm/README.md).
+
+    import autovm
+    plan = autovm.plan(model, example_batch, optimizer, budget="8GB")  # or autovm.load_plan(FILE)
+    with autovm.attach(model, optimizer, plan) as run:
+        ...train as usual...
+    print(run.stats)
+
+Put <repo>/python on sys.path; nothing to install. autovm-plan is found through $AUTOVM_PLAN or
+<repo>/build/compiler/driver/autovm-plan, libautovm through $AUTOVM_LIB or
+<repo>/build/runtime/libautovm.so.
+"""
+from .adapter import Attachment, Stats, attach, onnx_scope
+from .errors import (AutoVMError, BatchMismatchError, HookOrderError, LibraryError,
+                     ModelMismatchError, OptimizerMismatchError, PlanFitError, PlannerError,
+                     ToolNotFoundError)
+from .planfile import Plan, load_plan
+from .planner import export_onnx, optimizer_kind, plan
+
+__all__ = ["plan", "load_plan", "attach", "Plan", "Attachment", "Stats", "export_onnx",
+           "optimizer_kind", "onnx_scope", "AutoVMError", "BatchMismatchError",
+           "HookOrderError", "LibraryError", "ModelMismatchError", "OptimizerMismatchError",
+           "PlanFitError", "PlannerError", "ToolNotFoundError"]

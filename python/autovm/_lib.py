@@ -1,0 +1,166 @@
+"""ctypes binding of libautovm's plan query API (runtime/include/autovm/autovm.h).
+
+Only the plan-query half of the C API is bound: the PyTorch adapter moves tensors with torch
+itself and never creates a libautovm runtime. Every call's status is checked; a failure raises
+LibraryError with the function's name and autovm_last_error().
+"""
+import ctypes
+import os
+
+from .errors import LibraryError, ToolNotFoundError
+
+API_VERSION = 1  # AUTOVM_API_VERSION of the header this binding follows
+
+TENSOR_KINDS = ("input", "label", "parameter", "buffer", "gradient", "optimizer_state",
+                "activation", "activation_grad", "workspace")
+ACTION_KINDS = ("evict", "prefetch", "discard", "recompute", "advise")
+STATUS_NAMES = ("OK", "INVALID_ARGUMENT", "IO", "PLAN", "NOT_RESIDENT", "OUT_OF_MEMORY",
+                "BACKEND", "STATE")
+
+
+class TensorInfo(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int32), ("name", ctypes.c_char_p), ("kind", ctypes.c_int),
+                ("dtype", ctypes.c_char_p), ("bytes", ctypes.c_int64), ("offset", ctypes.c_int64),
+                ("first_step", ctypes.c_int64), ("last_step", ctypes.c_int64),
+                ("persistent", ctypes.c_int)]
+
+
+class StepInfo(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int64), ("op", ctypes.c_char_p), ("phase", ctypes.c_char_p),
+                ("node", ctypes.c_char_p),
+                ("inputs", ctypes.POINTER(ctypes.c_int32)), ("input_count", ctypes.c_size_t),
+                ("outputs", ctypes.POINTER(ctypes.c_int32)), ("output_count", ctypes.c_size_t),
+                ("workspace", ctypes.c_int32), ("compute_us", ctypes.c_double)]
+
+
+class ActionInfo(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("tensor", ctypes.c_int32), ("bytes", ctypes.c_int64),
+                ("after_step", ctypes.c_int64), ("ready_before_step", ctypes.c_int64),
+                ("source_step", ctypes.c_int64), ("advice", ctypes.c_char_p)]
+
+
+def repo_root():
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def library_path(path=None):
+    """Where libautovm is: `path`, else $AUTOVM_LIB, else <repo>/build/runtime/libautovm.so."""
+    if path:
+        return path, "the path given"
+    if os.environ.get("AUTOVM_LIB"):
+        return os.environ["AUTOVM_LIB"], "$AUTOVM_LIB"
+    base = os.path.join(repo_root(), "build", "runtime")
+    for name in ("libautovm.so", "libautovm.so.1"):
+        if os.path.exists(os.path.join(base, name)):
+            return os.path.join(base, name), "the repository's build"
+    return os.path.join(base, "libautovm.so"), "the repository's build"
+
+
+_loaded = {}
+
+
+class Library:
+    """libautovm loaded once per path; use Library.get()."""
+
+    def __init__(self, path):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            raise ToolNotFoundError(f"cannot load libautovm from {path}: {e}") from None
+        self.path = path
+        self._lib = lib
+        P = ctypes.c_void_p
+        sig = {
+            "autovm_version": ([], ctypes.c_int),
+            "autovm_last_error": ([], ctypes.c_char_p),
+            "autovm_plan_load": ([ctypes.c_char_p, ctypes.POINTER(P)], ctypes.c_int),
+            "autovm_plan_free": ([P], None),
+            "autovm_plan_tensor_count": ([P, ctypes.POINTER(ctypes.c_int32)], ctypes.c_int),
+            "autovm_plan_step_count": ([P, ctypes.POINTER(ctypes.c_int64)], ctypes.c_int),
+            "autovm_plan_action_count": ([P, ctypes.POINTER(ctypes.c_int64)], ctypes.c_int),
+            "autovm_plan_arena_bytes": ([P, ctypes.POINTER(ctypes.c_int64)], ctypes.c_int),
+            "autovm_plan_budget_bytes": ([P, ctypes.POINTER(ctypes.c_int64)], ctypes.c_int),
+            "autovm_plan_tensor_info": ([P, ctypes.c_int32, ctypes.POINTER(TensorInfo)],
+                                        ctypes.c_int),
+            "autovm_plan_step_info": ([P, ctypes.c_int64, ctypes.POINTER(StepInfo)],
+                                      ctypes.c_int),
+            "autovm_plan_action_info": ([P, ctypes.c_int64, ctypes.POINTER(ActionInfo)],
+                                        ctypes.c_int),
+        }
+        for name, (args, res) in sig.items():
+            try:
+                fn = getattr(lib, name)
+            except AttributeError:
+                raise ToolNotFoundError(f"{path} does not export {name}: not libautovm, or "
+                                        "an older one; rebuild it") from None
+            fn.argtypes = args
+            fn.restype = res
+        version = lib.autovm_version()
+        if version != API_VERSION:
+            raise ToolNotFoundError(f"{path} has API version {version}; this package speaks "
+                                    f"version {API_VERSION}: use the libautovm of this checkout")
+
+    @staticmethod
+    def get(path=None):
+        path, where = library_path(path)
+        if not os.path.exists(path):
+            raise ToolNotFoundError(
+                f"libautovm not found at {path} ({where}). Build it (meson setup build && "
+                "ninja -C build) or set $AUTOVM_LIB to libautovm.so")
+        key = os.path.realpath(path)
+        if key not in _loaded:
+            _loaded[key] = Library(path)
+        return _loaded[key]
+
+    def call(self, name, *args):
+        status = getattr(self._lib, name)(*args)
+        if status != 0:
+            code = STATUS_NAMES[status] if 0 <= status < len(STATUS_NAMES) else str(status)
+            msg = (self._lib.autovm_last_error() or b"").decode("utf-8", "replace")
+            raise LibraryError(f"{name} failed (AUTOVM_ERR_{code}): {msg or 'no message'}")
+
+    def free_plan(self, handle):
+        self._lib.autovm_plan_free(handle)
+
+
+def _s(b):
+    return b.decode("utf-8") if b is not None else ""
+
+
+def read_plan(lib, path):
+    """Loads the plan at `path` with libautovm and returns plain Python lists:
+    (tensors, steps, actions, budget_bytes, arena_bytes)."""
+    handle = ctypes.c_void_p()
+    lib.call("autovm_plan_load", os.fsencode(path), ctypes.byref(handle))
+    try:
+        n_t, n_s, n_a = ctypes.c_int32(), ctypes.c_int64(), ctypes.c_int64()
+        budget, arena = ctypes.c_int64(), ctypes.c_int64()
+        lib.call("autovm_plan_tensor_count", handle, ctypes.byref(n_t))
+        lib.call("autovm_plan_step_count", handle, ctypes.byref(n_s))
+        lib.call("autovm_plan_action_count", handle, ctypes.byref(n_a))
+        lib.call("autovm_plan_budget_bytes", handle, ctypes.byref(budget))
+        lib.call("autovm_plan_arena_bytes", handle, ctypes.byref(arena))
+        tensors, steps, actions = [], [], []
+        ti, si, ai = TensorInfo(), StepInfo(), ActionInfo()
+        for i in range(n_t.value):
+            lib.call("autovm_plan_tensor_info", handle, i, ctypes.byref(ti))
+            tensors.append({"id": ti.id, "name": _s(ti.name), "kind": TENSOR_KINDS[ti.kind],
+                            "dtype": _s(ti.dtype), "bytes": ti.bytes, "offset": ti.offset,
+                            "first": ti.first_step, "last": ti.last_step,
+                            "persistent": bool(ti.persistent)})
+        for s in range(n_s.value):
+            lib.call("autovm_plan_step_info", handle, s, ctypes.byref(si))
+            steps.append({"id": si.id, "op": _s(si.op), "phase": _s(si.phase),
+                          "node": _s(si.node),
+                          "inputs": [si.inputs[k] for k in range(si.input_count)],
+                          "outputs": [si.outputs[k] for k in range(si.output_count)],
+                          "workspace": si.workspace, "compute_us": si.compute_us})
+        for a in range(n_a.value):
+            lib.call("autovm_plan_action_info", handle, a, ctypes.byref(ai))
+            actions.append({"kind": ACTION_KINDS[ai.kind], "tensor": ai.tensor,
+                            "bytes": ai.bytes, "after_step": ai.after_step,
+                            "ready_before_step": ai.ready_before_step,
+                            "source_step": ai.source_step, "advice": _s(ai.advice)})
+        return tensors, steps, actions, budget.value, arena.value
+    finally:
+        lib.free_plan(handle)

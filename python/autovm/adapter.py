@@ -1,0 +1,664 @@
+"""autovm.attach(): train a PyTorch model under an AutoVM plan (python/autovm/README.md).
+
+Pieces, in the order a training step meets them:
+
+  forward   root pre hook     new _Step; batch and input size checked; input named
+            leaf pre hook     call order checked against the plan; boundary(first step - 1)
+            pack hook         saved tensor -> _Entry (shared by every op that saves it)
+            leaf post hook    entries named (module output, then other outputs by size and
+                              order); boundary(last step); a pre hook on the output's autograd
+                              node for the backward
+            root post hook    boundary(last forward step)
+  backward  node pre hook     call order checked; boundary(first backward step - 1)
+            unpack hook       waits for the entry's prefetch (late: brings it back now)
+
+  boundary(pos): every plan step <= pos has been issued on the compute stream, so the plan's
+  actions with after_step <= pos are issued (evict: copy to host; prefetch: copy back) and
+  evicted entries whose ready_before_step - 1 <= pos give up their GPU tensor.
+
+Numerics never depend on how tensors were matched to the plan: a saved tensor comes back either
+as itself or as an exact copy of the bytes it had when it was saved.
+"""
+import re
+import warnings
+import weakref
+
+from .errors import (AutoVMError, BatchMismatchError, HookOrderError, ModelMismatchError,
+                     OptimizerMismatchError, PlanFitError)
+from .planner import optimizer_kind
+
+MOVABLE_KINDS = ("activation", "input")  # what saved-tensor hooks can move
+
+
+def _unqualified(qualified):
+    """torch.onnx's scope name of a module: its name from the last non-numeric atom on
+    ('layer1.0.conv1' -> 'conv1', 'layer1.0' -> 'layer1.0')."""
+    atoms = qualified.split(".")
+    for i in range(len(atoms) - 1, -1, -1):
+        if not atoms[i].isnumeric():
+            return ".".join(atoms[i:])
+    return qualified
+
+
+def onnx_scope(name):
+    """The TorchScript exporter's node-name scope of module `name` ('' is the root):
+    'layer1.0.conv1' -> '/layer1/layer1.0/conv1'."""
+    if not name:
+        return ""
+    parts = name.split(".")
+    return "".join("/" + _unqualified(".".join(parts[:i])) for i in range(1, len(parts) + 1))
+
+
+def _first_tensor(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            t = _first_tensor(v)
+            if t is not None:
+                return t
+    if isinstance(value, dict):
+        for v in value.values():
+            t = _first_tensor(v)
+            if t is not None:
+                return t
+    return None
+
+
+def _nbytes(t):
+    return t.numel() * t.element_size()
+
+
+class Stats:
+    """What the adapter did, summed over the training steps since attach() (or reset())."""
+
+    FIELDS = ("training_steps",      # COUNT: forward passes run under the plan
+              "evictions",           # COUNT: saved tensors copied to host and dropped on the GPU
+              "bytes_to_host",       # SUM: their bytes
+              "prefetches",          # COUNT: copies back issued ahead, at the plan's after_step
+              "late_prefetches",     # COUNT: copies back issued at unpack (not yet prefetched)
+              "bytes_to_device",     # SUM: bytes of both kinds of copies back
+              "missed_evictions",    # COUNT: plan evictions of activations PyTorch never saved
+              "missed_bytes")        # SUM: their bytes
+
+    def __init__(self):
+        for f in self.FIELDS:
+            setattr(self, f, 0)
+
+    def as_dict(self):
+        return {f: getattr(self, f) for f in self.FIELDS}
+
+    def __repr__(self):
+        return "Stats(" + ", ".join(f"{k}={v}" for k, v in self.as_dict().items()) + ")"
+
+
+_MODIFIED = ("a tensor of shape {} saved for backward was modified in place after it was saved "
+             "(plain PyTorch raises at backward for this): the adapter will not copy it")
+
+
+class _Entry:
+    """One saved tensor, shared by the ops that save it."""
+    __slots__ = ("gpu", "cpu", "tid", "ref", "version", "uses", "d2h", "h2d", "size", "stride",
+                 "dtype", "device", "nbytes", "__weakref__")
+
+    def __init__(self, t):
+        self.gpu, self.cpu, self.tid = t, None, None
+        self.ref, self.version = weakref.ref(t), t._version
+        self.uses, self.d2h, self.h2d = 0, None, None
+        self.size, self.stride, self.dtype, self.device = t.size(), t.stride(), t.dtype, t.device
+        self.nbytes = _nbytes(t)
+
+    def __del__(self):
+        # A prefetch nobody unpacked (the graph was freed first): the compute stream waits for
+        # the copy before the caching allocator may hand the block out again.
+        if self.h2d is not None and self.gpu is not None:
+            try:
+                import torch
+                torch.cuda.current_stream(self.device).wait_event(self.h2d)
+            except Exception:  # interpreter shutdown
+                pass
+
+
+class _Packed:
+    """What autograd keeps instead of a saved tensor."""
+    __slots__ = ("entry", "step")
+
+    def __init__(self, entry, step):
+        self.entry, self.step = entry, step
+
+
+class _Step:
+    """The state of one training step (one forward pass and its backward)."""
+
+    def __init__(self, att, index):
+        self.att, self.index = att, index
+        self.fwd_idx = 0
+        self.calls = {}           # module name -> calls so far in this forward
+        self.current = None       # the leaf call running: (name, k)
+        self.pending = []         # entries packed during the current leaf call, not yet named
+        # Entries are held by what autograd saved (_Packed) and weakly here, so that a saved
+        # tensor is freed when autograd releases it, as it would be without the adapter.
+        self.live = weakref.WeakValueDictionary()  # id(tensor) -> _Entry
+        self.named = {}           # id(tensor) -> (tid, weakref, version)
+        self.by_tid = {}          # plan tensor -> [weakref to _Entry]
+        self.assigned = set()     # plan tensors given to an entry by size and order
+        self.ev_i = self.pf_i = 0
+        self.due = []             # evicts issued by the plan, waiting for their entry
+        self.releasing = []       # (ready_before_step, entry)
+        self.grad_calls = []      # leaf calls whose backward node got a pre hook
+        self.bwd_seq = None
+        self.bwd_idx = 0
+        self.pos = -1
+        self.forward_done = False
+
+
+class Attachment:
+    """Returned by attach(); a context manager. `stats` says what moved."""
+
+    def __init__(self, model, optimizer, plan, unrealized="warn", memory_limit=None):
+        import torch
+
+        if unrealized not in ("warn", "error", "ignore"):
+            raise ValueError("unrealized: 'warn', 'error' or 'ignore'")
+        self.torch = torch
+        self.model, self.optimizer, self.plan = model, optimizer, plan
+        self.memory_limit = memory_limit
+        self.stats = Stats()
+        self.unrealized = []
+        self._hooks = []
+        self._ctx = None
+        self._step = None   # the step whose forward is running
+        self._steps = 0
+        self._streams = {}
+        warning = self._check_plan(unrealized)
+        self._map_model()
+        self._check_optimizer()
+        self._schedule()
+        if warning:
+            warnings.warn(warning, RuntimeWarning, stacklevel=3)
+
+    # --- checks and the plan's maps, once ------------------------------------------------
+
+    def _check_plan(self, unrealized):
+        p = self.plan
+        if p.recompute or any(a["kind"] in ("recompute", "discard") for a in p.actions):
+            raise AutoVMError(f"{p.path}: the plan recomputes tensors; the PyTorch adapter "
+                              "only moves them (bit-identical results). Plan with "
+                              "--no-recompute (autovm.plan() does)")
+        for a in p.actions:
+            t = p.tensors[a["tensor"]]
+            if a["kind"] in ("evict", "prefetch") and t["kind"] not in MOVABLE_KINDS:
+                self.unrealized.append((a["kind"], t["kind"], t["name"], a["bytes"]))
+        if self.unrealized and unrealized != "ignore":
+            kinds = {}
+            for kind, tkind, _, nbytes in self.unrealized:
+                if kind == "evict":
+                    kinds[tkind] = kinds.get(tkind, 0) + nbytes
+            text = ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sorted(kinds.items()))
+            msg = (f"{p.path}: the plan also evicts tensors that saved-tensor hooks cannot move "
+                   f"({text}); they stay on the GPU, so PyTorch's memory exceeds the plan's")
+            if unrealized == "error":
+                raise PlanFitError(msg + " (attach(..., unrealized='warn') runs it anyway)")
+            return msg
+        return None
+
+    def _check_optimizer(self):
+        if self.optimizer is None:
+            return
+        kind = optimizer_kind(self.optimizer)
+        if kind != self.plan.optimizer:
+            raise OptimizerMismatchError(
+                f"the plan was made for optimizer '{self.plan.optimizer}', the optimizer is "
+                f"{type(self.optimizer).__name__} ('{kind}'): plan again with this optimizer")
+        own = {id(q) for q in self.model.parameters()}
+        params = [q for g in self.optimizer.param_groups for q in g["params"]]
+        stray = [q for q in params if id(q) not in own]
+        if stray:
+            raise OptimizerMismatchError(f"the optimizer holds {len(stray)} tensors that are not "
+                                         "parameters of the model")
+        n_plan = sum(1 for t in self.plan.tensors if t["kind"] == "parameter")
+        if len(params) != n_plan:
+            raise OptimizerMismatchError(f"the optimizer updates {len(params)} parameters, the "
+                                         f"plan's optimizer step {n_plan}")
+
+    def _map_model(self):
+        p, model = self.plan, self.model
+        # Parameters and buffers: the exporter names initializers by state_dict names.
+        params = dict(model.named_parameters())
+        buffers = dict(model.named_buffers())
+        problems = []
+        for t in p.tensors:
+            if t["kind"] not in ("parameter", "buffer"):
+                continue
+            q = params.get(t["name"]) if t["kind"] == "parameter" else buffers.get(t["name"])
+            if q is None:
+                problems.append(f"{t['kind']} {t['name']} of the plan is not in the model")
+            elif _nbytes(q) != t["bytes"]:
+                problems.append(f"{t['name']}: {tuple(q.shape)} ({_nbytes(q)} B) in the model, "
+                                f"{p.shapes.get(t['id'])} ({t['bytes']} B) in the plan")
+        plan_params = {t["name"] for t in p.tensors if t["kind"] == "parameter"}
+        extra = [n for n, q in params.items() if q.requires_grad and n not in plan_params]
+        if extra:
+            problems.append(f"parameters of the model not in the plan: {', '.join(extra[:5])}")
+        self._param_ids, self._param_ptrs = set(), set()
+
+        # Module calls: the exporter's node scope is the module's scope, '_k' for call k > 0.
+        modules = dict(model.named_modules())
+        by_scope = {onnx_scope(n): n for n in modules if n}
+        self._leaves = {n for n, m in modules.items() if n and not any(True for _ in m.children())}
+        first_fwd, last_fwd, first_bwd = {}, {}, {}
+        self.call_steps = {}
+        for s in p.steps:
+            if not s["node"] or "/" not in s["node"]:
+                continue
+            scope = s["node"].rsplit("/", 1)[0]
+            call = self._resolve(scope, by_scope)
+            if call is None:
+                if s["phase"] == "forward" and scope:
+                    problems.append(f"plan step {s['id']} ({s['node']}): no module at "
+                                    f"'{scope}' in the model")
+                continue
+            if call[0] not in self._leaves:
+                continue  # a functional op inside a container (Add, Flatten): no hooks needed
+            if s["phase"] == "forward":
+                first_fwd.setdefault(call, s["id"])
+                last_fwd[call] = s["id"]
+                self.call_steps.setdefault(call, []).append(s["id"])
+            elif s["phase"] == "backward":
+                first_bwd.setdefault(call, s["id"])
+        if problems:
+            more = f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""
+            raise ModelMismatchError(f"the model does not match the plan {p.path}: "
+                                     + "; ".join(problems[:8]) + more)
+        self.fwd_seq = sorted(first_fwd, key=first_fwd.get)
+        self.first_fwd, self.last_fwd, self.first_bwd = first_fwd, last_fwd, first_bwd
+        self._planned_modules = {c[0] for c in self.fwd_seq}
+        fwd_steps = [s["id"] for s in p.steps if s["phase"] == "forward"]
+        self.last_forward_step = max(fwd_steps) if fwd_steps else -1
+        inputs = [t for t in p.tensors if t["kind"] == "input"]
+        self.input_tensor = inputs[0] if inputs else None
+
+    @staticmethod
+    def _resolve(scope, by_scope):
+        if scope in by_scope:
+            return (by_scope[scope], 0)
+        head, _, last = scope.rpartition("/")
+        m = re.match(r"^(.*)_(\d+)$", last)
+        if m and f"{head}/{m.group(1)}" in by_scope:
+            return (by_scope[f"{head}/{m.group(1)}"], int(m.group(2)))
+        return None
+
+    def _schedule(self):
+        p = self.plan
+        mv = [a for a in p.actions if p.tensors[a["tensor"]]["kind"] in MOVABLE_KINDS]
+        self.evicts = sorted((a for a in mv if a["kind"] == "evict"),
+                             key=lambda a: a["after_step"])
+        self.prefetches = sorted((a for a in mv if a["kind"] == "prefetch"),
+                                 key=lambda a: a["after_step"])
+        # Other outputs of a call's steps (batch norm's saved mean and inverse std, say),
+        # matched to tensors saved inside the call by size and order.
+        self.call_outputs = {}
+        for call, ids in self.call_steps.items():
+            outs = []
+            for sid in ids:
+                for tid in p.steps[sid]["outputs"]:
+                    if p.tensors[tid]["kind"] == "activation" and tid not in outs:
+                        outs.append(tid)
+            self.call_outputs[call] = outs
+
+    # --- context manager -----------------------------------------------------------------
+
+    def __enter__(self):
+        torch = self.torch
+        root = self.model
+        self._hooks.append(root.register_forward_pre_hook(self._root_pre))
+        self._hooks.append(root.register_forward_hook(self._root_post))
+        for name, m in root.named_modules():
+            if name in self._planned_modules:
+                self._hooks.append(m.register_forward_pre_hook(self._make_pre(name)))
+                self._hooks.append(m.register_forward_hook(self._make_post(name)))
+        self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self):
+        if self._ctx is not None:
+            self._ctx.__exit__(None, None, None)
+            self._ctx = None
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self._step = None
+
+    def reset_stats(self):
+        self.stats = Stats()
+
+    # --- streams -----------------------------------------------------------------------------
+
+    def _cuda(self, device):
+        return device.type == "cuda"
+
+    def _copy_streams(self, device):
+        s = self._streams.get(device)
+        if s is None:
+            torch = self.torch
+            s = (torch.cuda.Stream(device=device), torch.cuda.Stream(device=device))
+            self._streams[device] = s
+        return s  # (device to host, host to device)
+
+    # --- forward hooks -------------------------------------------------------------------
+
+    def _root_pre(self, module, args):
+        torch = self.torch
+        self._step = None
+        if not module.training or not torch.is_grad_enabled():
+            return  # evaluation: nothing is saved for backward, nothing to plan
+        x = _first_tensor(args)
+        p = self.plan
+        if x is not None and p.batch is not None and x.dim() > 0 and x.shape[0] != p.batch:
+            raise BatchMismatchError(f"batch of {x.shape[0]}, the plan {p.path} was made for "
+                                     f"batch {p.batch}: plan again for this batch size")
+        if x is not None and self.input_tensor is not None and _nbytes(x) != self.input_tensor["bytes"]:
+            raise PlanFitError(f"the input is {tuple(x.shape)} ({_nbytes(x)} B), the plan's "
+                               f"{p.shapes.get(self.input_tensor['id'])} "
+                               f"({self.input_tensor['bytes']} B): the plan no longer fits; "
+                               "plan again for this input")
+        # Parameters and buffers (and views of them, like a linear layer's weight.t()) are
+        # never moved; their addresses are taken each step, as the model may have moved.
+        state = list(module.parameters()) + list(module.buffers())
+        self._param_ids = {id(q) for q in state}
+        self._param_ptrs = {q.data_ptr() for q in state if q.numel()}
+        self._steps += 1
+        step = _Step(self, self._steps)
+        if x is not None and self.input_tensor is not None:
+            step.named[id(x)] = (self.input_tensor["id"], weakref.ref(x), x._version)
+        self._step = step
+        self.stats.training_steps += 1
+
+    def _root_post(self, module, args, output):
+        step = self._step
+        if step is None:
+            return
+        self._boundary(step, self.last_forward_step)
+        self._missed(step)
+        step.forward_done = True
+        self._check_memory("the forward pass")
+        self._step = None
+
+    def _missed(self, step):
+        """Evictions due whose tensor PyTorch never saved under that name (the loss's
+        log-probabilities, say: the loss is computed outside the model)."""
+        for a in step.due:
+            self.stats.missed_evictions += 1
+            self.stats.missed_bytes += a["bytes"]
+        step.due = []
+
+    def _make_pre(self, name):
+        def pre(module, args):
+            step = self._step
+            if step is None:
+                return
+            k = step.calls.get(name, 0)
+            step.calls[name] = k + 1
+            call = (name, k)
+            seq = self.fwd_seq
+            if step.fwd_idx >= len(seq) or seq[step.fwd_idx] != call:
+                want = (f"{self._call_text(seq[step.fwd_idx])} (forward step "
+                        f"{self.first_fwd[seq[step.fwd_idx]]})" if step.fwd_idx < len(seq)
+                        else "no more module calls")
+                raise HookOrderError(f"forward: {self._call_text(call)} ran where the plan "
+                                     f"expects {want}: the model's forward does not follow the "
+                                     "plan's order; plan again for this model")
+            step.fwd_idx += 1
+            step.current = call
+            step.pending = []
+            self._boundary(step, self.first_fwd[call] - 1)
+        return pre
+
+    def _make_post(self, name):
+        def post(module, args, output):
+            step = self._step
+            if step is None or step.current is None or step.current[0] != name:
+                return
+            call = step.current
+            step.current = None
+            p = self.plan
+            out = _first_tensor(output)
+            outs = self.call_outputs.get(call, [])
+            main = p.steps[self.last_fwd[call]]["outputs"][0]
+            if out is not None:
+                if _nbytes(out) != p.tensors[main]["bytes"]:
+                    raise PlanFitError(
+                        f"{self._call_text(call)} returned {tuple(out.shape)} ({_nbytes(out)} B), "
+                        f"the plan's {p.tensors[main]['name']} is {p.shapes.get(main)} "
+                        f"({p.tensors[main]['bytes']} B): the plan no longer fits this model "
+                        "or input; plan again")
+                step.named[id(out)] = (main, weakref.ref(out), out._version)
+            for e in step.pending:
+                if e.tid is not None:
+                    continue
+                t = e.ref()
+                if t is not None and t is out and e.version == out._version:
+                    self._name(step, e, main)
+                    continue
+                for tid in outs:
+                    if (tid != main and tid not in step.assigned
+                            and p.tensors[tid]["bytes"] == e.nbytes):
+                        step.assigned.add(tid)
+                        self._name(step, e, tid)
+                        break
+            step.pending = []
+            self._boundary(step, self.last_fwd[call])
+            if out is not None and out.grad_fn is not None and call in self.first_bwd:
+                step.grad_calls.append(call)
+                node = out.grad_fn
+                hook = self._make_backward_pre(step, call)
+                if hasattr(node, "register_prehook"):
+                    node.register_prehook(lambda grad_outputs: hook())
+                else:
+                    out.register_hook(lambda grad: hook())
+        return post
+
+    def _call_text(self, call):
+        name, k = call
+        return f"module '{name}'" + (f" (call {k + 1})" if k else "")
+
+    def _name(self, step, entry, tid):
+        entry.tid = tid
+        step.by_tid.setdefault(tid, []).append(weakref.ref(entry))
+
+    # --- saved tensors -------------------------------------------------------------------
+
+    def _pack(self, t):
+        step = self._step
+        if (step is None or id(t) in self._param_ids or not t.is_floating_point()
+                or t.numel() == 0 or (t.data_ptr() in self._param_ptrs)):
+            return t
+        e = step.live.get(id(t))
+        if e is None or e.ref() is not t or e.version != t._version:
+            e = _Entry(t)
+            step.live[id(t)] = e
+            named = step.named.get(id(t))
+            if named is not None and named[1]() is t and named[2] == t._version:
+                self._name(step, e, named[0])
+            else:
+                step.pending.append(e)
+        e.uses += 1
+        return _Packed(e, step)
+
+    def _unpack(self, packed):
+        if not isinstance(packed, _Packed):
+            return packed
+        e = packed.entry
+        if e.cpu is None and e.gpu is not None and e.gpu._version != e.version:
+            raise AutoVMError(_MODIFIED.format(tuple(e.size)))
+        if e.gpu is None:
+            self._prefetch(e)
+            self.stats.late_prefetches += 1
+        g = e.gpu
+        if e.h2d is not None:
+            self.torch.cuda.current_stream(e.device).wait_event(e.h2d)
+            e.h2d = None
+        if e.d2h is not None:  # unpacked before its eviction was released
+            self.torch.cuda.current_stream(e.device).wait_event(e.d2h)
+            e.d2h = None
+        e.uses -= 1
+        if e.uses <= 0 and e.cpu is not None:
+            e.gpu = None  # the host copy stays for a second backward (retain_graph)
+        return g
+
+    # --- the plan's actions --------------------------------------------------------------
+
+    def _boundary(self, step, pos):
+        if pos < step.pos:
+            return
+        step.pos = pos
+        ev = self.evicts
+        while step.ev_i < len(ev) and ev[step.ev_i]["after_step"] <= pos:
+            step.due.append(ev[step.ev_i])
+            step.ev_i += 1
+        still = []
+        for a in step.due:
+            entries = [e for e in (r() for r in step.by_tid.get(a["tensor"], ())) if e is not None]
+            if not entries:
+                still.append(a)
+                continue
+            for e in entries:
+                if self._evict(e):
+                    step.releasing.append((a["ready_before_step"], e))
+        step.due = still
+        keep = []
+        for ready, e in step.releasing:
+            if ready - 1 <= pos:
+                self._release(e)
+            else:
+                keep.append((ready, e))
+        step.releasing = keep
+        pf = self.prefetches
+        while step.pf_i < len(pf) and pf[step.pf_i]["after_step"] <= pos:
+            for r in step.by_tid.get(pf[step.pf_i]["tensor"], ()):
+                e = r()
+                if e is not None and e.gpu is None and e.cpu is not None:
+                    self._prefetch(e)
+                    self.stats.prefetches += 1
+            step.pf_i += 1
+
+    def _evict(self, e):
+        torch = self.torch
+        g = e.gpu
+        if g is None or e.cpu is not None:
+            return False
+        if g._version != e.version:
+            raise AutoVMError(_MODIFIED.format(tuple(e.size)))
+        if not (g.is_contiguous() or g.is_contiguous(memory_format=torch.channels_last)):
+            return False  # not dense: a copy would not free its storage
+        if self._cuda(e.device):
+            d2h, _ = self._copy_streams(e.device)
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(e.device))
+            d2h.wait_event(ready)
+            cpu = torch.empty_strided(e.size, e.stride, dtype=e.dtype, device="cpu",
+                                      pin_memory=True)
+            with torch.cuda.stream(d2h):
+                cpu.copy_(g, non_blocking=True)
+                e.d2h = torch.cuda.Event()
+                e.d2h.record(d2h)
+        else:
+            cpu = torch.empty_strided(e.size, e.stride, dtype=e.dtype, device="cpu")
+            cpu.copy_(g)
+        e.cpu = cpu
+        self.stats.evictions += 1
+        self.stats.bytes_to_host += e.nbytes
+        return True
+
+    def _release(self, e):
+        if e.gpu is None or e.cpu is None:
+            return
+        if e.d2h is not None:
+            # The compute stream passes this point only once the copy is done, so memory the
+            # caching allocator hands out again after the free below is never still being read.
+            self.torch.cuda.current_stream(e.device).wait_event(e.d2h)
+            e.d2h = None
+        e.gpu = None
+
+    def _prefetch(self, e):
+        torch = self.torch
+        g = torch.empty_strided(e.size, e.stride, dtype=e.dtype, device=e.device)
+        if self._cuda(e.device):
+            _, h2d = self._copy_streams(e.device)
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(e.device))  # g's block may be in use there
+            h2d.wait_event(ready)
+            with torch.cuda.stream(h2d):
+                g.copy_(e.cpu, non_blocking=True)
+                e.h2d = torch.cuda.Event()
+                e.h2d.record(h2d)
+        else:
+            g.copy_(e.cpu)
+        e.gpu = g
+        self.stats.bytes_to_device += e.nbytes
+
+    # --- backward ------------------------------------------------------------------------
+
+    def _make_backward_pre(self, step, call):
+        # The hook lives on the autograd node, which outlives the backward pass while the
+        # caller keeps the loss; a strong reference would keep the step's entries, and with them
+        # every saved tensor the plan did not move, alive into the next step (PyTorch itself
+        # frees saved tensors as soon as backward is done). The step is held by what autograd
+        # saved (_Packed) and lives exactly as long as that.
+        step_ref = weakref.ref(step)
+        del step
+
+        def hook():
+            step = step_ref()
+            if step is None:
+                return
+            if step.bwd_seq is None:
+                step.bwd_seq = sorted(step.grad_calls, key=lambda c: self.first_bwd[c])
+            seq = step.bwd_seq
+            if step.bwd_idx >= len(seq) or seq[step.bwd_idx] != call:
+                want = (f"{self._call_text(seq[step.bwd_idx])} (backward step "
+                        f"{self.first_bwd[seq[step.bwd_idx]]})" if step.bwd_idx < len(seq)
+                        else "no more module calls")
+                raise HookOrderError(f"backward: {self._call_text(call)} ran where the plan "
+                                     f"expects {want}")
+            step.bwd_idx += 1
+            self._boundary(step, self.first_bwd[call] - 1)
+            if step.bwd_idx == len(seq):
+                self._missed(step)
+                self._check_memory("the backward pass")
+        return hook
+
+    def _check_memory(self, where):
+        if self.memory_limit is None:
+            return
+        torch = self.torch
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            peak = torch.cuda.max_memory_allocated()
+            if peak > self.memory_limit:
+                raise PlanFitError(f"after {where}: torch.cuda.max_memory_allocated() is "
+                                   f"{peak} B, over the limit of {self.memory_limit} B given "
+                                   "to attach(): the plan no longer fits")
+
+
+def attach(model, optimizer, plan, *, unrealized="warn", memory_limit=None):
+    """Trains `model` under `plan` inside a `with` block (see the package's README).
+
+    unrealized: what to do when the plan also evicts tensors that saved-tensor hooks cannot move
+    (parameters, gradients, optimizer state, activation gradients): 'warn' (default), 'error' or
+    'ignore'; those tensors stay on the GPU.
+    memory_limit: bytes; PlanFitError when torch.cuda.max_memory_allocated() exceeds it after a
+    forward or backward pass (None: no check).
+    """
+    from .planfile import Plan
+
+    if not isinstance(plan, Plan):
+        raise TypeError(f"plan: an autovm.Plan (autovm.plan() or autovm.load_plan()), not "
+                        f"{type(plan).__name__}")
+    return Attachment(model, optimizer, plan, unrealized=unrealized, memory_limit=memory_limit)

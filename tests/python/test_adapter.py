@@ -1,0 +1,275 @@
+#!/usr/bin/python3
+"""The PyTorch adapter (python/autovm) on the CPU: autovm.plan() end to end, three training
+steps under attach() bit-identical to plain training (losses, weights, batch norm statistics)
+with the plan's evictions really made, a plan loaded from a file without autovm-plan, and the
+errors: wrong model, batch, input size, optimizer, hook order, recomputing plans, missing tools.
+
+usage: test_adapter.py AUTOVM_PLAN LIBAUTOVM
+Prints one line per case and 'N passed, M failed'; exits 1 if any failed.
+"""
+import os
+import sys
+import tempfile
+import traceback
+import warnings
+
+PLAN_EXE, LIB = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+os.environ["AUTOVM_PLAN"], os.environ["AUTOVM_LIB"] = PLAN_EXE, LIB
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "python")]
+
+import torch  # noqa: E402
+import torchvision  # noqa: E402
+
+import autovm  # noqa: E402
+from adapter_models import Tiny, TinyOutOfOrder, batch, compare, train, twins  # noqa: E402
+
+torch.set_num_threads(min(4, os.cpu_count() or 1))
+results = []
+
+
+def case(name):
+    def run(fn):
+        try:
+            why = fn() or ""
+            ok = not why
+        except Exception as e:
+            ok, why = False, f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"
+        results.append(ok)
+        print(f"{'PASS' if ok else 'FAIL'} {name}" + (f": {why}" if why else ""), flush=True)
+        return fn
+    return run
+
+
+def raises(kind, fn, *needles):
+    """'' when fn() raises `kind` with every needle in its message, else what happened."""
+    try:
+        fn()
+    except kind as e:
+        missing = [n for n in needles if n not in str(e)]
+        return f"message lacks {missing}: {e}" if missing else ""
+    except Exception as e:
+        return f"raised {type(e).__name__} instead of {kind.__name__}: {e}"
+    return f"no {kind.__name__} raised"
+
+
+def momentum(m):
+    return torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+
+
+def under_plan(model_b, opt_b, plan, x, y, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # unrealized evictions (parameters...)
+        with autovm.attach(model_b, opt_b, plan, **kw) as run:
+            losses = train(model_b, opt_b, x, y)
+    return losses, run
+
+
+def identical_run(model, x, y, plan, name):
+    a, oa, b, ob = twins(model, momentum)
+    la = train(a, oa, x, y)
+    lb, run = under_plan(b, ob, plan, x, y)
+    st = run.stats
+    diff = compare(a, la, b, lb)
+    if diff:
+        return f"{name}: not bit-identical: {diff}"
+    if st.training_steps != 3 or st.evictions == 0 or st.bytes_to_host == 0:
+        return f"{name}: the plan's evictions did not happen: {st}"
+    if st.bytes_to_device != st.bytes_to_host or st.late_prefetches:
+        return f"{name}: every eviction should come back ahead of its use: {st}"
+    # missed_evictions (tensors PyTorch does not save under the plan's name, such as the loss's
+    # log-probabilities, computed outside the model) are allowed, and shown.
+    print(f"  {name}: losses {[round(v.item(), 6) for v in la]}, {st}")
+    return ""
+
+
+tmp = tempfile.mkdtemp(prefix="autovm-adapter-test-")
+torch.manual_seed(0)
+tiny = Tiny().train()
+xt, yt = batch(4, 32, 5)
+opt0 = momentum(tiny)
+SMALL_WS = ("--workspace-limit", "4KB")  # tiny convolutions: activations dominate
+tiny_free = autovm.plan(tiny, xt, opt0, out=os.path.join(tmp, "tiny-free.json"),
+                        extra_args=SMALL_WS)
+TINY_BUDGET = int(tiny_free.peak_bytes * 0.7)
+tiny_plan = autovm.plan(tiny, xt, opt0, budget=TINY_BUDGET, out=os.path.join(tmp, "tiny.json"),
+                        extra_args=SMALL_WS)
+
+
+@case("plan(): export, autovm-plan, libautovm")
+def _():
+    p = tiny_plan
+    if p.batch != 4 or p.optimizer != "momentum" or p.recompute:
+        return f"options {p.options}"
+    if p.budget_bytes != TINY_BUDGET:
+        return f"budget {p.budget_bytes}, want {TINY_BUDGET}"
+    moved = [a for a in p.actions if a["kind"] == "evict"
+             and p.tensors[a["tensor"]]["kind"] == "activation"]
+    if not moved:
+        return f"the budget should force activation evictions: {p.action_counts()}"
+    if not p.prediction.get("step_time_us") or "bound_us" not in p.prediction:
+        return f"no prediction: {p.prediction}"
+    names = {s["node"] for s in p.steps}
+    if "/conv1/Conv" not in names or "/relu_1/Relu" not in names:
+        return "module-path node names expected (TorchScript exporter)"
+    # plan() leaves the model, its batch norm statistics and the random state as they were
+    fresh = Tiny()
+    torch.manual_seed(0)
+    fresh = Tiny().train()
+    if compare(fresh, [], tiny, []):
+        return "plan() changed the model's state"
+    return ""
+
+
+@case("attach(): tiny CNN, 3 steps bit-identical, evictions made")
+def _():
+    return identical_run(tiny, xt, yt, tiny_plan, "tiny")
+
+
+@case("attach(): a plan loaded from its file, without autovm-plan")
+def _():
+    saved = os.environ.pop("AUTOVM_PLAN")
+    os.environ["AUTOVM_PLAN"] = os.path.join(tmp, "no-such-autovm-plan")
+    try:
+        p = autovm.load_plan(os.path.join(tmp, "tiny.json"))
+        return identical_run(tiny, xt, yt, p, "tiny from file")
+    finally:
+        os.environ["AUTOVM_PLAN"] = saved
+
+
+@case("attach(): torchvision resnet18 at batch 2, bit-identical, evictions made")
+def _():
+    torch.manual_seed(0)
+    m = torchvision.models.resnet18(num_classes=10).train()
+    x, y = batch(2, 224, 10)
+    free = autovm.plan(m, x, momentum(m))
+    p = autovm.plan(m, x, momentum(m), budget=int(free.peak_bytes * 0.6),
+                    out=os.path.join(tmp, "resnet18.json"))
+    return identical_run(m, x, y, p, "resnet18")
+
+
+@case("attach(): evaluation and no_grad passes are left alone")
+def _():
+    a, oa, b, ob = twins(tiny, momentum)
+    with torch.no_grad():
+        want = a.eval()(xt)
+    with autovm.attach(b, ob, tiny_plan, unrealized="ignore"):
+        with torch.no_grad():
+            got = b.eval()(xt)
+        b.train()
+        with torch.no_grad():
+            b(xt[:2])  # no graph: not checked against the plan
+    return "" if torch.equal(want, got) else "eval output differs"
+
+
+@case("batch size differs from the plan's")
+def _():
+    a, oa, b, ob = twins(tiny, momentum)
+    x2, y2 = batch(2, 32, 5)
+    return raises(autovm.BatchMismatchError, lambda: under_plan(b, ob, tiny_plan, x2, y2),
+                  "batch of 2", "batch 4")
+
+
+@case("input size differs: the plan no longer fits")
+def _():
+    a, oa, b, ob = twins(tiny, momentum)
+    x2, y2 = batch(4, 48, 5)
+    return raises(autovm.PlanFitError, lambda: under_plan(b, ob, tiny_plan, x2, y2),
+                  "no longer fits")
+
+
+@case("optimizer kind differs: Adam, and SGD without momentum, for a momentum plan")
+def _():
+    b = Tiny()
+    why = raises(autovm.OptimizerMismatchError,
+                 lambda: autovm.attach(b, torch.optim.Adam(b.parameters()), tiny_plan),
+                 "'momentum'", "Adam")
+    return why or raises(autovm.OptimizerMismatchError,
+                         lambda: autovm.attach(b, torch.optim.SGD(b.parameters(), lr=0.1),
+                                               tiny_plan), "'sgd'")
+
+
+@case("optimizer of another model")
+def _():
+    b, other = Tiny(), Tiny()
+    return raises(autovm.OptimizerMismatchError,
+                  lambda: autovm.attach(b, momentum(other), tiny_plan), "not parameters")
+
+
+@case("model differs: wider layers, other module names")
+def _():
+    wide = Tiny(width=16)
+    why = raises(autovm.ModelMismatchError, lambda: autovm.attach(wide, momentum(wide), tiny_plan),
+                 "conv1.weight", "does not match")
+    r = torchvision.models.resnet18()
+    return why or raises(autovm.ModelMismatchError, lambda: autovm.attach(r, momentum(r), tiny_plan),
+                         "not in the model")
+
+
+@case("forward hook order differs from the plan's")
+def _():
+    b = TinyOutOfOrder()
+    b.load_state_dict(tiny.state_dict())
+    return raises(autovm.HookOrderError, lambda: under_plan(b, momentum(b), tiny_plan, xt, yt),
+                  "forward", "module 'pool'", "module 'conv1'")
+
+
+@case("backward hook order differs from the plan's")
+def _():
+    a, oa, b, ob = twins(tiny, momentum)
+    att = autovm.attach(b, ob, tiny_plan, unrealized="ignore")
+    # Pretend the plan runs bn2's backward before conv3's: the hooks then come out of order.
+    c3, b2 = ("conv3", 0), ("bn2", 0)
+    att.first_bwd[c3], att.first_bwd[b2] = att.first_bwd[b2], att.first_bwd[c3]
+
+    def go():
+        with att:
+            train(b, ob, xt, yt, steps=1)
+    return raises(autovm.HookOrderError, go, "backward", "module 'conv3'")
+
+
+@case("a plan with recomputation is refused")
+def _():
+    import subprocess
+    onnx_path = os.path.join(tmp, "tiny.onnx")
+    autovm.export_onnx(tiny, xt, onnx_path)
+    out = os.path.join(tmp, "tiny-recompute.json")
+    subprocess.run([PLAN_EXE, onnx_path, "--batch", "4", "--optimizer", "momentum", "--budget",
+                    f"{TINY_BUDGET}B", *SMALL_WS, "-o", out, "--quiet"], check=True)
+    p = autovm.load_plan(out)
+    return raises(autovm.AutoVMError, lambda: autovm.attach(tiny, momentum(tiny), p),
+                  "--no-recompute")
+
+
+@case("unrealized='error': a plan that evicts parameters or optimizer state")
+def _():
+    p = tiny_plan
+    if not any(p.tensors[a["tensor"]]["kind"] not in ("activation", "input")
+               for a in p.actions):
+        return ""  # nothing to refuse in this plan
+    return raises(autovm.PlanFitError,
+                  lambda: autovm.attach(tiny, momentum(tiny), p, unrealized="error"),
+                  "cannot move")
+
+
+@case("missing autovm-plan and libautovm, malformed plan")
+def _():
+    why = raises(autovm.ToolNotFoundError,
+                 lambda: autovm.plan(tiny, xt, opt0, planner=os.path.join(tmp, "nope")),
+                 "autovm-plan not found", "$AUTOVM_PLAN")
+    why = why or raises(autovm.ToolNotFoundError,
+                        lambda: autovm.load_plan(os.path.join(tmp, "tiny.json"),
+                                                 lib=os.path.join(tmp, "libnope.so")),
+                        "libautovm not found", "$AUTOVM_LIB")
+    bad = os.path.join(tmp, "bad.json")
+    open(bad, "w").write('{"schema_version": 1, "tensors": 3}')
+    why = why or raises(autovm.LibraryError, lambda: autovm.load_plan(bad), "autovm_plan_load",
+                        "AUTOVM_ERR_PLAN")
+    return why or raises(autovm.PlannerError,
+                         lambda: autovm.plan(tiny, xt, opt0, budget="1KB"),
+                         "autovm-plan exited 6")
+
+
+failed = results.count(False)
+print(f"{len(results) - failed} passed, {failed} failed")
+sys.exit(1 if failed or not results else 0)

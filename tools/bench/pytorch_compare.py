@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""AutoVM's PyTorch adapter against PyTorch's own ways to save memory, on one CUDA GPU.
+
+VGG-19 and ResNet-50 at batch 256, fp32, 224x224, SGD with momentum, default cuDNN settings;
+for each model:
+  plain         plain PyTorch
+  save_on_cpu   torch.autograd.graph.save_on_cpu(pin_memory=True)
+  checkpoint    VGG: torch.utils.checkpoint.checkpoint_sequential(features, 4 segments);
+                ResNet: torch.utils.checkpoint.checkpoint of each layerN
+  autovm_soc    autovm.attach under a plan whose budget is save_on_cpu's measured peak
+  autovm_half   autovm.attach under a plan whose budget is 50 % of plain's measured peak
+Per configuration: the median step time of 8 steps after 3 warm-up steps (torch.cuda.synchronize
+around each), torch.cuda.max_memory_allocated(), the last loss; for AutoVM also the planner's
+predicted step time and lower bound (statistics.prediction: step_time_us, bound_us) and the
+adapter's stats (bytes moved, late prefetches). One JSON to --out and a printed table.
+
+autovm-plan does not run on the GPU machine (no Debian libraries there), so plans are made
+beforehand, here, with --make-plans (CPU, Debian's torch 1.13), from the peaks measured on the
+H200 (/work/shared/facts/h200.md): VGG-19 b256 plain 22.3 GB, save_on_cpu 18.4 GB; ResNet-50
+b256 plain 22.5 GB, save_on_cpu 4.2 GB (GB = 1e9 B).
+
+  # here:
+  /usr/bin/python3 tools/bench/pytorch_compare.py --make-plans tools/bench/data/compare-plans
+  # on the GPU machine (carry build/runtime/libautovm.so.1 and the plans):
+  python3 tools/bench/pytorch_compare.py --plans-dir tools/bench/data/compare-plans \
+      --lib build/runtime/libautovm.so.1 --out compare.json
+"""
+import argparse
+import inspect
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+BATCH = 256
+RESOLUTION = 224
+# Peaks measured on the H200 with PyTorch 2.11 (h200.md), bytes.
+MEASURED = {"vgg19": {"plain": 22.3e9, "save_on_cpu": 18.4e9},
+            "resnet50": {"plain": 22.5e9, "save_on_cpu": 4.2e9}}
+PLAN_LABELS = {"autovm_soc": "the save_on_cpu peak", "autovm_half": "50 % of plain's peak"}
+CONFIGS = ["plain", "save_on_cpu", "checkpoint", "autovm_soc", "autovm_half"]
+
+
+def budgets(name):
+    m = MEASURED[name]
+    return {"autovm_soc": int(m["save_on_cpu"]), "autovm_half": int(m["plain"] * 0.5)}
+
+
+def plan_path(d, name, label):
+    return os.path.join(d, f"{name}-b{BATCH}-{label}.json")
+
+
+def build(name):
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    return getattr(torchvision.models, name)(weights=None).train()
+
+
+def make_optimizer(model):
+    import torch
+
+    return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+def make_plans(d, names, planner, lib):
+    import torch
+
+    import autovm
+
+    os.makedirs(d, exist_ok=True)
+    manifest = {}
+    for name in names:
+        model = build(name)
+        x = torch.randn(1, 3, RESOLUTION, RESOLUTION)
+        example = x.expand(BATCH, -1, -1, -1)  # plan() reads its batch size; exports 2 of it
+        onnx_path = os.path.join(d, f"{name}.onnx")
+        for label, budget in budgets(name).items():
+            t0 = time.monotonic()
+            out = plan_path(d, name, label)
+            try:
+                p = autovm.plan(model, example, make_optimizer(model), budget=budget, out=out,
+                                planner=planner, lib=lib,
+                                keep_onnx=onnx_path if not os.path.exists(onnx_path) else None)
+            except autovm.PlannerError as e:
+                print(f"{name} {label}: {e}", flush=True)
+                manifest[f"{name}/{label}"] = {"budget_bytes": budget, "error": str(e)}
+                continue
+            pr = p.prediction
+            manifest[f"{name}/{label}"] = {
+                "file": os.path.basename(out), "budget_bytes": budget,
+                "predicted_step_time_us": pr.get("step_time_us"), "bound_us": pr.get("bound_us"),
+                "actions": {f"{k[0]} {k[1]}": v for k, v in sorted(p.action_counts().items())}}
+            print(f"{name} {label}: budget {budget / 1e9:.2f} GB, predicted "
+                  f"{pr.get('step_time_us', 0) / 1e3:.1f} ms (bound {pr.get('bound_us', 0) / 1e3:.1f}"
+                  f" ms), {len(p.actions)} actions, {time.monotonic() - t0:.0f} s -> {out}",
+                  flush=True)
+        if os.path.exists(onnx_path):
+            os.remove(onnx_path)
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def forward_fn(name, model, config):
+    """The forward pass of `config` (checkpointing changes how the model is called)."""
+    import torch
+    from torch.utils import checkpoint as ckpt
+
+    if config != "checkpoint":
+        return model
+    kw = {}
+    if "use_reentrant" in inspect.signature(ckpt.checkpoint_sequential).parameters:
+        kw["use_reentrant"] = False
+    if name.startswith("vgg"):
+        def fwd(x):
+            x = ckpt.checkpoint_sequential(model.features, 4, x, **kw)
+            return model.classifier(torch.flatten(model.avgpool(x), 1))
+        return fwd
+
+    def fwd(x):
+        m = model
+        x = m.maxpool(m.relu(m.bn1(m.conv1(x))))
+        for layer in (m.layer1, m.layer2, m.layer3, m.layer4):
+            x = ckpt.checkpoint(layer, x, use_reentrant=False)
+        return m.fc(torch.flatten(m.avgpool(x), 1))
+    return fwd
+
+
+def run_config(name, config, plan_dir, lib, warmup, steps):
+    import contextlib
+
+    import torch
+    import torch.nn.functional as F
+
+    import autovm
+
+    dev = torch.device("cuda")
+    model = build(name).to(dev)
+    opt = make_optimizer(model)
+    g = torch.Generator(device="cpu").manual_seed(1)
+    x = torch.randn(BATCH, 3, RESOLUTION, RESOLUTION, generator=g).to(dev)
+    y = torch.randint(0, 1000, (BATCH,), generator=g).to(dev)
+    fwd = forward_fn(name, model, config)
+    result = {"model": name, "config": config, "batch": BATCH}
+    plan = None
+    if config.startswith("autovm"):
+        path = plan_path(plan_dir, name, config)
+        plan = autovm.load_plan(path, lib=lib)
+        result.update(plan=os.path.basename(path), budget_bytes=plan.budget_bytes,
+                      predicted_step_time_ms=plan.prediction.get("step_time_us", 0) / 1e3,
+                      bound_ms=plan.prediction.get("bound_us", 0) / 1e3,
+                      planned_actions={f"{k[0]} {k[1]}": v
+                                       for k, v in sorted(plan.action_counts().items())})
+    if config == "save_on_cpu":
+        ctx = torch.autograd.graph.save_on_cpu(pin_memory=True)
+    elif plan is not None:
+        ctx = autovm.attach(model, opt, plan, unrealized="ignore")
+    else:
+        ctx = contextlib.nullcontext()
+    times, loss = [], None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    with ctx as run:
+        for i in range(warmup + steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(fwd(x), y)
+            loss.backward()
+            opt.step()
+            torch.cuda.synchronize()
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+    result.update(step_ms=statistics.median(times) * 1e3, step_ms_all=[t * 1e3 for t in times],
+                  max_memory_allocated=torch.cuda.max_memory_allocated(),
+                  last_loss=float(loss.item()))
+    if plan is not None:
+        result["adapter_stats"] = run.stats.as_dict()
+    del model, opt, x, y, fwd, run, ctx
+    torch.cuda.empty_cache()
+    return result
+
+
+def table(results):
+    lines = [f"{'model':<9} {'config':<12} {'step ms':>9} {'vs plain':>8} {'peak GB':>8} "
+             f"{'pred ms':>8} {'bound ms':>8} {'to host GB':>10} {'late':>5}"]
+    plain = {r["model"]: r.get("step_ms") for r in results if r["config"] == "plain"}
+    for r in results:
+        if "error" in r:
+            lines.append(f"{r['model']:<9} {r['config']:<12} ERROR {r['error'][:90]}")
+            continue
+        base = plain.get(r["model"])
+        rel = f"{r['step_ms'] / base:.2f}x" if base else "-"
+        st = r.get("adapter_stats", {})
+        pred = f"{r['predicted_step_time_ms']:.1f}" if "predicted_step_time_ms" in r else "-"
+        bound = f"{r['bound_ms']:.1f}" if "bound_ms" in r else "-"
+        host = f"{st['bytes_to_host'] / 1e9 / max(1, st['training_steps']):.2f}" if st else "-"
+        late = str(st.get("late_prefetches", "-")) if st else "-"
+        lines.append(f"{r['model']:<9} {r['config']:<12} {r['step_ms']:9.1f} {rel:>8} "
+                     f"{r['max_memory_allocated'] / 1e9:8.2f} {pred:>8} {bound:>8} {host:>10} "
+                     f"{late:>5}")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__[__doc__.index("  # here"):])
+    ap.add_argument("--make-plans", metavar="DIR",
+                    help="export and plan the AutoVM configurations into DIR (no GPU) and exit")
+    ap.add_argument("--plans-dir", metavar="DIR", help="plans made with --make-plans")
+    ap.add_argument("--out", metavar="JSON", help="write the results here")
+    ap.add_argument("--models", default="vgg19,resnet50")
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--planner", help="autovm-plan (--make-plans; default: $AUTOVM_PLAN or "
+                                      "the build's)")
+    ap.add_argument("--lib", help="libautovm (default: $AUTOVM_LIB or the build's)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=8)
+    args = ap.parse_args()
+    names = [n for n in args.models.split(",") if n]
+    for n in names:
+        if n not in MEASURED:
+            ap.error(f"--models: {n} has no measured peaks (known: {', '.join(MEASURED)})")
+    if args.make_plans:
+        make_plans(args.make_plans, names, args.planner, args.lib)
+        return 0
+    import torch
+
+    if not torch.cuda.is_available():
+        print("pytorch_compare.py measures on a CUDA GPU; there is none here "
+              "(--make-plans runs without one)", file=sys.stderr)
+        return 77
+    configs = [c for c in args.configs.split(",") if c]
+    if any(c.startswith("autovm") for c in configs) and not args.plans_dir:
+        ap.error("the autovm configurations need --plans-dir (plans made with --make-plans)")
+    results = []
+    for name in names:
+        for config in configs:
+            try:
+                r = run_config(name, config, args.plans_dir, args.lib, args.warmup, args.steps)
+            except Exception as e:  # one configuration failing (OOM, say) must not lose the rest
+                r = {"model": name, "config": config, "error": f"{type(e).__name__}: {e}"}
+                torch.cuda.empty_cache()
+            results.append(r)
+            print(json.dumps(r), flush=True)
+    doc = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "python": platform.python_version(), "batch": BATCH, "resolution": RESOLUTION,
+           "warmup": args.warmup, "steps": args.steps, "results": results}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+    print(table(results))
+    return 1 if any("error" in r for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
