@@ -24,8 +24,9 @@ def check(name, ok, detail=""):
     print(f"{'PASS' if ok else 'FAIL'} {name}" + ("" if ok else f" {detail}"))
 
 
-def plan(path, *extra):
-    out = path + ".plan.json"
+def plan(path, *extra, out_dir=None):
+    # The plan goes beside the model, or into out_dir (a shipped model's folder stays clean).
+    out = os.path.join(out_dir, os.path.basename(path)) + ".plan.json" if out_dir else path + ".plan.json"
     r = subprocess.run([PLAN, path, "--batch", "4", "-o", out, *extra], capture_output=True, text=True)
     return r, (json.load(open(out)) if r.returncode == 0 else None)
 
@@ -49,7 +50,7 @@ with tempfile.TemporaryDirectory() as tmp:
               and p["model"]["opset"] == 20, f"{st['parameter_count']} {p['model']['classes']}")
 
     r18 = os.path.join(MODELS, "resnet18.onnx")
-    r, a = plan(r18)
+    r, a = plan(r18, out_dir=tmp)
     r2, b = plan(os.path.join(tmp, "resnet18_dynamo_style.onnx"))
     check("resnet18 dynamo style plans", r2.returncode == 0, r2.stderr[-300:])
     if a and b:
