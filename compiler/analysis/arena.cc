@@ -4,6 +4,7 @@
 #include <cassert>
 #include <map>
 #include <set>
+#include <span>
 #include <utility>
 
 namespace autovm {
@@ -74,6 +75,29 @@ class FreeList {
   std::set<std::pair<int64_t, int64_t>> by_size_;
 };
 
+// The tensors with bytes grouped by a step of theirs (`step_of`), each group in id order,
+// flattened: group s is ids_[begin_[s] .. begin_[s + 1]).
+class StepLists {
+ public:
+  template <typename StepOf>
+  StepLists(const TrainingGraph& g, size_t steps, StepOf step_of) : begin_(steps + 1, 0) {
+    for (const Tensor& t : g.tensors)
+      if (t.bytes != 0) ++begin_[step_of(t) + 1];
+    for (size_t s = 0; s < steps; ++s) begin_[s + 1] += begin_[s];
+    ids_.resize(begin_[steps]);
+    std::vector<size_t> fill(begin_.begin(), begin_.end() - 1);
+    for (const Tensor& t : g.tensors)
+      if (t.bytes != 0) ids_[fill[step_of(t)]++] = t.id;
+  }
+  std::span<const TensorId> at(size_t s) const {
+    return {ids_.data() + begin_[s], begin_[s + 1] - begin_[s]};
+  }
+
+ private:
+  std::vector<size_t> begin_;
+  std::vector<TensorId> ids_;
+};
+
 }  // namespace
 
 ArenaLayout layout_arena(const TrainingGraph& g, const std::vector<Lifetime>& life,
@@ -83,19 +107,16 @@ ArenaLayout layout_arena(const TrainingGraph& g, const std::vector<Lifetime>& li
   layout.alignment = alignment;
   layout.offset.assign(g.tensors.size(), 0);
   size_t steps = static_cast<size_t>(std::max<StepIndex>(g.step_count(), 1));
-  std::vector<std::vector<TensorId>> born(steps), dies(steps);
-  for (const Tensor& t : g.tensors) {
-    if (t.bytes == 0) continue;
-    const Lifetime& l = life[static_cast<size_t>(t.id)];
-    born[static_cast<size_t>(l.first)].push_back(t.id);
-    dies[static_cast<size_t>(l.last)].push_back(t.id);
-  }
+  auto first = [&](const Tensor& t) { return static_cast<size_t>(life[static_cast<size_t>(t.id)].first); };
+  auto last = [&](const Tensor& t) { return static_cast<size_t>(life[static_cast<size_t>(t.id)].last); };
+  const StepLists born(g, steps, first), dies(g, steps, last);
   FreeList heap(alignment);
+  std::vector<TensorId> now;
   for (size_t s = 0; s < steps; ++s) {
     if (s > 0)
-      for (TensorId t : dies[s - 1])
+      for (TensorId t : dies.at(s - 1))
         heap.release(layout.offset[static_cast<size_t>(t)], heap.round(g.tensor(t).bytes));
-    auto& now = born[s];
+    now.assign(born.at(s).begin(), born.at(s).end());
     std::sort(now.begin(), now.end(), [&](TensorId a, TensorId b) {
       int64_t ba = g.tensor(a).bytes, bb = g.tensor(b).bytes;
       return ba != bb ? ba > bb : a < b;

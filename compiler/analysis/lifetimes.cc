@@ -1,11 +1,20 @@
 #include "analysis/lifetimes.h"
 
 #include <cassert>
+#include <cstdint>
 
 namespace autovm {
 
 std::vector<Lifetime> compute_lifetimes(const TrainingGraph& g) {
   std::vector<Lifetime> life(g.tensors.size());
+  // Each `uses` is allocated once: its size is at most the tensor's mentions in the steps.
+  std::vector<uint32_t> mentions(g.tensors.size(), 0);
+  for (const Step& step : g.steps) {
+    for (TensorId t : step.inputs) ++mentions[static_cast<size_t>(t)];
+    for (TensorId t : step.outputs) ++mentions[static_cast<size_t>(t)];
+    if (step.workspace != kNoTensor) ++mentions[static_cast<size_t>(step.workspace)];
+  }
+  for (size_t t = 0; t < life.size(); ++t) life[t].uses.reserve(mentions[t]);
   std::vector<bool> seen(g.tensors.size(), false);
   auto touch = [&](TensorId t, StepIndex s) {
     Lifetime& l = life[static_cast<size_t>(t)];

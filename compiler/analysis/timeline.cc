@@ -7,21 +7,22 @@ namespace autovm {
 MemoryTimeline compute_timeline(const TrainingGraph& g, const std::vector<Lifetime>& life) {
   MemoryTimeline tl;
   size_t n = static_cast<size_t>(g.step_count());
-  // Difference arrays: +bytes at first, -bytes after last.
-  std::vector<BytesByKind> delta(n + 1, BytesByKind{});
+  // by_kind first holds differences (+bytes at first, -bytes after last), then their running
+  // sums.
+  tl.by_kind.assign(n, BytesByKind{});
   for (const Tensor& t : g.tensors) {
     const Lifetime& l = life[static_cast<size_t>(t.id)];
     auto k = static_cast<size_t>(t.kind);
-    delta[static_cast<size_t>(l.first)][k] += t.bytes;
-    delta[static_cast<size_t>(l.last) + 1][k] -= t.bytes;
+    auto first = static_cast<size_t>(l.first), after = static_cast<size_t>(l.last) + 1;
+    if (first < n) tl.by_kind[first][k] += t.bytes;
+    if (after < n) tl.by_kind[after][k] -= t.bytes;
   }
-  tl.by_kind.resize(n);
   tl.total.resize(n);
   BytesByKind running{};
   for (size_t s = 0; s < n; ++s) {
     int64_t total = 0;
     for (size_t k = 0; k < running.size(); ++k) {
-      running[k] += delta[s][k];
+      running[k] += tl.by_kind[s][k];
       total += running[k];
     }
     tl.by_kind[s] = running;

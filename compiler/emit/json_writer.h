@@ -1,4 +1,4 @@
-// Contract: a small streaming JSON writer into a string. Deterministic: numbers are written in
+// Contract: a small streaming JSON writer. Deterministic: numbers are written in
 // the shortest form that reads back exactly (fmt's "{}"), non-finite doubles as null, strings
 // escaped per RFC 8259. The caller is responsible for structure (commas are inserted by
 // `key`/`value` within an object or array). With a sink, the text is handed over in pieces of
@@ -7,8 +7,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -23,38 +26,43 @@ class JsonWriter {
   void begin_array() { open('['); }
   void end_array() { close(']'); }
   using Sink = std::function<void(std::string_view)>;
-  explicit JsonWriter(Sink sink = nullptr) : sink_(std::move(sink)) {}
+  explicit JsonWriter(Sink sink = nullptr) : sink_(std::move(sink)), buf_(size_t(64) << 10) {}
 
   void newline() {
-    out_ += '\n';
-    if (sink_ && out_.size() >= (1u << 20)) flush();
+    put('\n');
+    if (sink_ && used_ >= kPiece) flush();
   }
   // Hands what is buffered to the sink.
   void flush() {
-    if (!sink_ || out_.empty()) return;
-    sink_(out_);
-    out_.clear();
+    if (!sink_ || used_ == 0) return;
+    sink_(std::string_view(buf_.data(), used_));
+    used_ = 0;
   }
 
   JsonWriter& key(std::string_view k) {
     comma();
     string_literal(k);
-    out_ += ':';
+    put(':');
     after_key_ = true;
     return *this;
   }
   void value(std::string_view s) { comma(); string_literal(s); }
   void value(const char* s) { value(std::string_view(s)); }
-  void value(bool b) { comma(); out_ += b ? "true" : "false"; }
-  void value(int64_t v) { comma(); fmt::format_to(std::back_inserter(out_), "{}", v); }
+  void value(bool b) { comma(); put(b ? "true" : "false"); }
+  void value(int64_t v) { comma(); integer(v); }
   void value(int v) { value(static_cast<int64_t>(v)); }
   void value(double v) {
     comma();
-    if (!std::isfinite(v)) out_ += "null";
-    else if (v == std::floor(v) && std::fabs(v) < 9e15) fmt::format_to(std::back_inserter(out_), "{}", static_cast<int64_t>(v));
-    else fmt::format_to(std::back_inserter(out_), "{}", v);
+    if (!std::isfinite(v)) {
+      put("null");
+    } else if (v == std::floor(v) && std::fabs(v) < 9e15) {
+      integer(static_cast<int64_t>(v));
+    } else {
+      constexpr size_t kMax = 32;  // the longest shortest form is 24 characters
+      used_ += fmt::format_to_n(room(kMax), kMax, "{}", v).size;
+    }
   }
-  void null() { comma(); out_ += "null"; }
+  void null() { comma(); put("null"); }
   template <typename T>
   void array(const std::vector<T>& values) {
     begin_array();
@@ -63,35 +71,71 @@ class JsonWriter {
   }
 
  private:
-  void open(char c) { comma(); out_ += c; first_.push_back(true); }
-  void close(char c) { out_ += c; first_.pop_back(); }
+  static constexpr size_t kPiece = size_t(1) << 20;  // bytes handed to the sink at a time
+
+  // The text is written straight into buf_[0, used_): a plan of a million tensors is hundreds
+  // of megabytes, so appending must cost little more than the copy.
+  char* room(size_t n) {  // where the next n bytes go
+    if (buf_.size() - used_ < n) buf_.resize(std::max(2 * buf_.size(), used_ + n));
+    return buf_.data() + used_;
+  }
+  void put(char c) {
+    *room(1) = c;
+    ++used_;
+  }
+  void put(std::string_view s) {
+    std::memcpy(room(s.size()), s.data(), s.size());
+    used_ += s.size();
+  }
+  void open(char c) { comma(); put(c); first_.push_back(true); }
+  void close(char c) { put(c); first_.pop_back(); }
   void comma() {
     if (after_key_) { after_key_ = false; return; }
     if (!first_.empty()) {
-      if (!first_.back()) out_ += ',';
+      if (!first_.back()) put(',');
       first_.back() = false;
     }
   }
+  // Integers as fmt's "{}" writes them: plain decimal.
+  void integer(int64_t v) {
+    constexpr size_t kMax = 20;  // "-9223372036854775808"
+    char* p = room(kMax);
+    used_ += static_cast<size_t>(std::to_chars(p, p + kMax, v).ptr - p);
+  }
+  static bool needs_escape(std::string_view s) {
+    for (char ch : s)
+      if (ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) return true;
+    return false;
+  }
   void string_literal(std::string_view s) {
-    out_ += '"';
+    if (!needs_escape(s)) {  // the common case: copied as is
+      char* p = room(s.size() + 2);
+      p[0] = '"';
+      std::memcpy(p + 1, s.data(), s.size());
+      p[s.size() + 1] = '"';
+      used_ += s.size() + 2;
+      return;
+    }
+    put('"');
     for (char ch : s) {
       auto c = static_cast<unsigned char>(ch);
       switch (c) {
-        case '"': out_ += "\\\""; break;
-        case '\\': out_ += "\\\\"; break;
-        case '\n': out_ += "\\n"; break;
-        case '\r': out_ += "\\r"; break;
-        case '\t': out_ += "\\t"; break;
+        case '"': put("\\\""); break;
+        case '\\': put("\\\\"); break;
+        case '\n': put("\\n"); break;
+        case '\r': put("\\r"); break;
+        case '\t': put("\\t"); break;
         default:
-          if (c < 0x20) fmt::format_to(std::back_inserter(out_), "\\u{:04x}", c);
-          else out_ += ch;
+          if (c < 0x20) used_ += fmt::format_to_n(room(6), 6, "\\u{:04x}", c).size;
+          else put(ch);
       }
     }
-    out_ += '"';
+    put('"');
   }
 
   Sink sink_;
-  std::string out_;
+  std::vector<char> buf_;
+  size_t used_ = 0;
   std::vector<bool> first_;
   bool after_key_ = false;
 };

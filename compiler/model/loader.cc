@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <queue>
 #include <string_view>
 #include <unordered_map>
@@ -88,10 +89,12 @@ std::string shape_str(const Shape& s) {
   return out + "]";
 }
 
-DType known_dtype(int32_t t, const std::string& what) {
+// `what()` describes the tensor for error messages (built only on error).
+template <typename What>
+DType known_dtype(int32_t t, What what) {
   DType d = dtype_from_onnx(t);
   if (d == DType::undefined) {
-    invalid(what + " has data type " + std::to_string(t) +
+    invalid(what() + " has data type " + std::to_string(t) +
             ", which AutoVM does not handle (supported: float32/16, bfloat16, float64, int64/32/16/8, "
             "uint8, bool)");
   }
@@ -99,10 +102,11 @@ DType known_dtype(int32_t t, const std::string& what) {
 }
 
 // Dims of a tensor, each checked non-negative and their product bounded.
-Shape tensor_dims(const onnx::TensorProto& t, const std::string& what) {
+template <typename What>
+Shape tensor_dims(const onnx::TensorProto& t, What what) {
   Shape dims(t.dims().begin(), t.dims().end());
   if (checked_element_count(dims) < 0) {
-    invalid(what + " has dims " + shape_str(dims) + ": dims must be non-negative and the element "
+    invalid(what() + " has dims " + shape_str(dims) + ": dims must be non-negative and the element "
             "count must fit in 64 bits");
   }
   return dims;
@@ -284,7 +288,7 @@ void read_type(const onnx::ValueInfoProto& info, bool require_type, Value& v) {
   }
   if (!info.type().has_tensor_type()) invalid(what + " is not a tensor; AutoVM handles tensor inputs and outputs only");
   const auto& tt = info.type().tensor_type();
-  if (require_type || tt.elem_type() != 0) v.dtype = known_dtype(tt.elem_type(), what);
+  if (require_type || tt.elem_type() != 0) v.dtype = known_dtype(tt.elem_type(), [&] { return what; });
   if (!tt.has_shape()) return;
   v.shape_declared = true;
   for (const auto& d : tt.shape().dim()) {
@@ -309,6 +313,7 @@ class Converter {
     for (const auto& n : g_.node()) value_count += size_t(n.output_size());
     m_.values.reserve(value_count);
     m_.nodes.reserve(size_t(g_.node_size()));
+    m_.value_index.reserve(value_count);
     add_inputs_and_initializers();
     add_node_outputs();
     resolve_inputs();
@@ -320,7 +325,6 @@ class Converter {
       read_type(out, false, m_.values[v]);
       m_.outputs.push_back(v);
     }
-    for (size_t i = 0; i < m_.values.size(); ++i) m_.value_index.emplace(m_.values[i].name, int(i));
     return std::move(m_);
   }
 
@@ -341,10 +345,7 @@ class Converter {
     if (m_.opset < 1) invalid(quote(name_) + " imports opset " + std::to_string(m_.opset) + " of the ONNX domain");
   }
 
-  int lookup(const std::string& name) const {
-    auto it = index_.find(name);
-    return it == index_.end() ? -1 : it->second;
-  }
+  int lookup(const std::string& name) const { return m_.find(name); }
 
   std::string node_name(int file_index) const {
     const auto& n = g_.node(file_index);
@@ -364,7 +365,7 @@ class Converter {
   int add_value(const std::string& name, ValueSource source, What what) {
     if (name.empty()) invalid(what() + " has no name");
     int v = int(m_.values.size());
-    auto [it, inserted] = index_.emplace(name, v);
+    auto [it, inserted] = m_.value_index.emplace(name, v);
     if (!inserted) invalid("value " + quote(name) + " is defined twice: as " + describe(it->second) + " and as " + what());
     m_.values.push_back(Value{});
     m_.values.back().name = name;
@@ -373,17 +374,20 @@ class Converter {
   }
 
   void add_inputs_and_initializers() {
-    std::unordered_set<std::string_view> initializer_names;
-    for (const auto& t : g_.initializer()) initializer_names.insert(t.name());
+    // Graph inputs that are also initializers (keep_initializers_as_inputs exports) are skipped.
+    std::unordered_set<std::string_view> input_names, initialized_inputs;
+    for (const auto& in : g_.input()) input_names.insert(in.name());
+    for (const auto& t : g_.initializer())
+      if (input_names.count(t.name())) initialized_inputs.insert(t.name());
     for (const auto& in : g_.input()) {
-      if (initializer_names.count(in.name())) continue;  // keep_initializers_as_inputs exports
+      if (initialized_inputs.count(in.name())) continue;
       int v = add_value(in.name(), ValueSource::graph_input, [&] { return "graph input " + quote(in.name()); });
       read_type(in, true, m_.values[v]);
       m_.inputs.push_back(v);
     }
     for (const auto& t : g_.initializer()) {
-      const std::string what = "initializer " + quote(t.name());
-      int v = add_value(t.name(), ValueSource::initializer, [&] { return what; });
+      auto what = [&] { return "initializer " + quote(t.name()); };
+      int v = add_value(t.name(), ValueSource::initializer, what);
       Value& val = m_.values[v];
       val.dtype = known_dtype(t.data_type(), what);
       val.shape = tensor_dims(t, what);
@@ -391,20 +395,27 @@ class Converter {
       int64_t count = checked_element_count(val.shape);
       val.has_data = has_data(t, count);
       if (!is_floating(val.dtype) && count <= options_.max_const_elements) {
-        val.value = read_values(t, val.dtype, val.shape, base_dir_, what);
+        val.value = read_values(t, val.dtype, val.shape, base_dir_, what());
       }
     }
   }
 
-  // Node output values, in file order (the node order is not known yet).
+  // Node output values, in file order (the node order is not known yet), flattened like the
+  // inputs: node i's outputs are outputs_[output_begin_[i] .. output_begin_[i + 1]).
   void add_node_outputs() {
+    output_begin_.reserve(size_t(g_.node_size()) + 1);
     for (int i = 0; i < g_.node_size(); ++i) {
+      output_begin_.push_back(outputs_.size());
       for (const auto& out : g_.node(i).output()) {
-        if (out.empty()) continue;
-        int v = add_value(out, ValueSource::node_output, [&] { return "an output of node " + quote(node_name(i)); });
-        m_.values[v].producer = i;
+        int v = -1;
+        if (!out.empty()) {
+          v = add_value(out, ValueSource::node_output, [&] { return "an output of node " + quote(node_name(i)); });
+          m_.values[v].producer = i;
+        }
+        outputs_.push_back(v);
       }
     }
+    output_begin_.push_back(outputs_.size());
   }
 
   // Every node input as a value index (-1 when omitted), flattened: node i's inputs are
@@ -504,13 +515,11 @@ class Converter {
     node.domain = p.domain() == "ai.onnx" ? "" : p.domain();
     node.name = node_name(file_index);
     node.inputs.assign(inputs_.begin() + input_begin_[file_index], inputs_.begin() + input_begin_[file_index + 1]);
-    for (const auto& out : p.output()) {
-      int v = out.empty() ? -1 : lookup(out);
+    node.outputs.assign(outputs_.begin() + output_begin_[file_index], outputs_.begin() + output_begin_[file_index + 1]);
+    for (int v : node.outputs)
       if (v >= 0) m_.values[v].producer = self;
-      node.outputs.push_back(v);
-    }
     for (const auto& a : p.attribute()) {
-      node.attrs[a.name()] = convert_attribute(a, node.name);
+      node.attrs.insert_or_assign(a.name(), convert_attribute(a, node.name));
     }
     if (node.op == "Constant") add_constant_tensor(node);
   }
@@ -532,8 +541,8 @@ class Converter {
       case A::TENSOR: {
         out.kind = Attribute::Kind::tensor;
         const std::string what = "attribute " + quote(a.name()) + " of node " + quote(node_name);
-        out.tensor_dtype = known_dtype(a.t().data_type(), what);
-        out.tensor_shape = tensor_dims(a.t(), what);
+        out.tensor_dtype = known_dtype(a.t().data_type(), [&] { return what; });
+        out.tensor_shape = tensor_dims(a.t(), [&] { return what; });
         if (checked_element_count(out.tensor_shape) <= options_.max_const_elements) {
           out.tensor = read_values(a.t(), out.tensor_dtype, out.tensor_shape, base_dir_, what);
         }
@@ -571,9 +580,10 @@ class Converter {
   const std::string& base_dir_;
   const LoadOptions& options_;
   Model m_;
-  std::unordered_map<std::string_view, int> index_;  // value name -> index into m_.values
   std::vector<int> inputs_;           // see resolve_inputs()
   std::vector<size_t> input_begin_;
+  std::vector<int> outputs_;          // see add_node_outputs()
+  std::vector<size_t> output_begin_;
 };
 
 void check_parsable_size(uint64_t size, const std::string& name) {
@@ -588,7 +598,17 @@ void check_parsable_size(uint64_t size, const std::string& name) {
 Model load_model_from_bytes(const void* data, size_t size, const std::string& name,
                             const std::string& base_dir, const LoadOptions& options) {
   check_parsable_size(size, name);
-  google::protobuf::Arena arena;  // one allocation pool for the parsed message: much faster
+  // A large file's digest is computed on another core while this one parses (a small one's is
+  // quicker than starting a thread, and is computed by get() below).
+  auto policy = size >= (size_t(4) << 20) ? std::launch::async : std::launch::deferred;
+  auto digest = std::async(policy, [data, size] { return sha256_hex(data, size); });
+  // One allocation pool for the parsed message, freed at once: much faster than a message tree
+  // of its own allocations. Its blocks stay below malloc's mmap threshold, so the memory freed
+  // here is reused by the passes that follow instead of being returned and faulted in again.
+  google::protobuf::ArenaOptions arena_options;
+  arena_options.start_block_size = 64 << 10;
+  arena_options.max_block_size = 64 << 10;
+  google::protobuf::Arena arena(arena_options);
   auto& proto = *google::protobuf::Arena::CreateMessage<onnx::ModelProto>(&arena);
   if (!proto.ParseFromArray(data, int(size))) {
     invalid(quote(name) + " is not an ONNX model or is truncated: protobuf parsing failed; "
@@ -597,7 +617,7 @@ Model load_model_from_bytes(const void* data, size_t size, const std::string& na
   Model m = Converter(proto, name, base_dir, options).run();
   m.path = name;
   m.file_bytes = int64_t(size);
-  m.sha256 = sha256_hex(data, size);
+  m.sha256 = digest.get();
   return m;
 }
 

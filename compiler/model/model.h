@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ir/types.h"
@@ -92,7 +93,7 @@ struct Model {
   std::vector<Node> nodes;   // in topological order (load_model sorts them)
   std::vector<int> inputs;   // graph inputs that are not initializers
   std::vector<int> outputs;  // graph outputs
-  std::map<std::string, int> value_index;  // name -> index into values
+  std::unordered_map<std::string, int> value_index;  // name -> index into values
 
   int find(const std::string& value_name) const {
     auto it = value_index.find(value_name);

@@ -60,14 +60,15 @@ std::vector<TensorId> append_backward(const model::Model& m, const ForwardPass& 
     const model::Node& node = m.nodes[static_cast<size_t>(rec->node)];
     std::vector<TensorId> partials;
     for (TensorId t : targets) {
-      const Tensor target = g.tensor(t);  // a copy: add_tensor may reallocate
+      const Tensor& target = g.tensor(t);
       std::string name = "grad/" + target.name;
       if (grad(t) != kNoTensor) name += "/" + node.name;
       for (TensorId p : partials)
         if (g.tensor(p).name == name) name += "/" + std::to_string(partials.size());
       TensorKind kind = target.kind == TensorKind::parameter ? TensorKind::gradient
                                                              : TensorKind::activation_grad;
-      partials.push_back(g.add_tensor(name, kind, target.dtype, target.shape));
+      // The shape is copied before add_tensor runs, which may reallocate `target` away.
+      partials.push_back(g.add_tensor(std::move(name), kind, target.dtype, Shape(target.shape)));
     }
     TensorId workspace = kNoTensor;
     if (rec->workspace_bytes > 0)

@@ -28,20 +28,24 @@ void append_optimizer(const std::vector<TensorId>& gradient_of, const TrainingOp
   for (size_t i = 0; i < count && i < gradient_of.size(); ++i) {
     if (g.tensors[i].kind != TensorKind::parameter || gradient_of[i] == kNoTensor) continue;
     auto param = static_cast<TensorId>(i);
-    Tensor p = g.tensors[i];  // copy: add_tensor may reallocate
-    double n = static_cast<double>(element_count(p.shape));
+    double n = static_cast<double>(element_count(g.tensors[i].shape));
+    // State tensors take the parameter's name, dtype and shape (copied: add_tensor may reallocate).
+    auto state = [&](const char* suffix) {
+      const Tensor& p = g.tensors[i];
+      return g.add_tensor(p.name + suffix, TensorKind::optimizer_state, p.dtype, Shape(p.shape));
+    };
     switch (o.optimizer) {
       case Optimizer::sgd:
         add_step(g, "SGD", Phase::optimizer, "", {param, gradient_of[i]}, {param}, 2 * n);
         break;
       case Optimizer::momentum: {
-        TensorId v = g.add_tensor(p.name + "/momentum", TensorKind::optimizer_state, p.dtype, p.shape);
+        TensorId v = state("/momentum");
         add_step(g, "SGDMomentum", Phase::optimizer, "", {param, gradient_of[i], v}, {param, v}, 4 * n);
         break;
       }
       case Optimizer::adam: {
-        TensorId m1 = g.add_tensor(p.name + "/adam_m", TensorKind::optimizer_state, p.dtype, p.shape);
-        TensorId m2 = g.add_tensor(p.name + "/adam_v", TensorKind::optimizer_state, p.dtype, p.shape);
+        TensorId m1 = state("/adam_m");
+        TensorId m2 = state("/adam_v");
         add_step(g, "Adam", Phase::optimizer, "", {param, gradient_of[i], m1, m2},
                  {param, m1, m2}, 16 * n);
         break;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,8 +13,24 @@
 
 namespace autovm {
 
-AtomicFileWriter::AtomicFileWriter(std::string path)
-    : path_(std::move(path)), tmp_(path_ + ".tmp" + std::to_string(::getpid())) {
+namespace {
+
+// A device or pipe (/dev/null, /dev/stdout, a FIFO) cannot be replaced by renaming a file over
+// it, which would destroy it: it is written directly.
+bool is_special_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
+  if (is_special_file(path_)) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd_ < 0) fail("cannot open it");
+    return;
+  }
+  tmp_ = path_ + ".tmp" + std::to_string(::getpid());
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("cannot create a temporary file beside it");
 }
@@ -21,7 +38,7 @@ AtomicFileWriter::AtomicFileWriter(std::string path)
 AtomicFileWriter::~AtomicFileWriter() {
   if (fd_ >= 0) {
     ::close(fd_);
-    ::unlink(tmp_.c_str());
+    if (!tmp_.empty()) ::unlink(tmp_.c_str());
   }
 }
 
@@ -29,7 +46,7 @@ void AtomicFileWriter::fail(const std::string& what) {
   int saved = errno;
   if (fd_ >= 0) {
     ::close(fd_);
-    ::unlink(tmp_.c_str());
+    if (!tmp_.empty()) ::unlink(tmp_.c_str());
     fd_ = -1;
   }
   throw Error(ErrorKind::output, fmt::format("cannot write '{}': {}: {}; check that the folder "
@@ -50,6 +67,12 @@ void AtomicFileWriter::write(std::string_view piece) {
 }
 
 void AtomicFileWriter::commit() {
+  if (tmp_.empty()) {  // a device or pipe, written directly
+    int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail("write failed");
+    return;
+  }
   if (::fsync(fd_) != 0) fail("flush failed");
   int fd = fd_;
   fd_ = -1;

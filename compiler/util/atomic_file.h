@@ -1,6 +1,8 @@
 // Contract: write a whole file atomically. The content goes to a temporary file in the same
 // folder, is flushed with fsync, then renamed over the target, so readers see either the old
-// file or the whole new one. Throws Error(output) naming the path and the system's reason.
+// file or the whole new one. A target that is a device or pipe (/dev/null, a FIFO) is written
+// directly instead: renaming over it would destroy it. Throws Error(output) naming the path and
+// the system's reason.
 #pragma once
 
 #include <string>
@@ -24,7 +26,7 @@ class AtomicFileWriter {
  private:
   [[noreturn]] void fail(const std::string& what);
   std::string path_;
-  std::string tmp_;
+  std::string tmp_;  // empty when the target is a device or pipe, written directly
   int fd_ = -1;
 };
 

@@ -8,6 +8,12 @@ table and checks the targets: VGG-19 < 20 ms, ResNet-152 < 50 ms, chain time gro
 than n log n, 100,000 convolutions < 2 s.
 
 usage: tools/bench/plan_speed.py [--plan build/compiler/driver/autovm-plan] [--repeat 11]
+                                 [--output /dev/null]
+
+--output names where the plans go (default /dev/null). autovm-plan before 2026-11-29 renamed
+its temporary file over the target even when that was a device, replacing /dev/null with a
+regular file: to time such a build, pass a file on a RAM file system (e.g. /dev/shm/plan.json),
+which costs it what its /dev/null did.
 """
 import argparse
 import math
@@ -21,8 +27,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def time_plan(plan, model, args, repeat):
-    cmd = [plan, model, "-o", "/dev/null", "--quiet"] + args
+def time_plan(plan, model, args, repeat, output):
+    cmd = [plan, model, "-o", output, "--quiet"] + args
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -35,11 +41,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plan", default=os.path.join(ROOT, "build/compiler/driver/autovm-plan"))
     ap.add_argument("--repeat", type=int, default=11)
+    ap.add_argument("--output", default="/dev/null", help="where the plans go (default /dev/null)")
     a = ap.parse_args()
     rows, ok = [], True
     for name, model, target in [("VGG-19 batch 64", "models/vgg19.onnx", 0.020),
                                 ("ResNet-152 batch 64", "models/resnet152.onnx", 0.050)]:
-        t = time_plan(a.plan, os.path.join(ROOT, model), ["--batch", "64"], a.repeat)
+        t = time_plan(a.plan, os.path.join(ROOT, model), ["--batch", "64"], a.repeat, a.output)
         rows.append((name, t, target))
         ok &= t < target
     chain_times = {}
@@ -48,7 +55,7 @@ def main():
             path = os.path.join(tmp, f"chain{n}.onnx")
             subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools/gen_chain.py"), str(n), path],
                            check=True, stdout=subprocess.DEVNULL)
-            t = time_plan(a.plan, path, ["--batch", "8"], max(3, a.repeat // 3))
+            t = time_plan(a.plan, path, ["--batch", "8"], max(3, a.repeat // 3), a.output)
             chain_times[n] = t
             rows.append((f"chain of {n} convolutions, batch 8", t, 2.0 if n == 100000 else None))
     ok &= chain_times[100000] < 2.0
