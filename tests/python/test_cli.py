@@ -84,6 +84,22 @@ with tempfile.TemporaryDirectory() as tmp:
     same = open(out, "rb").read() == open(out + ".2", "rb").read()
     results.append(same and json.loads(r.stdout)["model"]["batch"] == 2)
     print(f"{'PASS' if results[-1] else 'FAIL'} identical inputs give byte-identical plans")
+    # -o to a device or a pipe writes into it and leaves it what it was (a temporary file renamed
+    # over it would replace it: run as root, that once turned /dev/null into a regular file).
+    import stat
+    import threading
+    fifo = os.path.join(tmp, "pipe")
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    reader.start()
+    w = run(RESNET18, "--batch", "2", "-o", fifo)
+    reader.join(timeout=60)
+    results.append(w.returncode == 0 and stat.S_ISFIFO(os.stat(fifo).st_mode) and bool(got)
+                   and got[0].startswith(b"{"))
+    print(f"{'PASS' if results[-1] else 'FAIL'} -o to a pipe writes through it and leaves it a pipe")
+    results.append(stat.S_ISCHR(os.stat(os.devnull).st_mode))
+    print(f"{'PASS' if results[-1] else 'FAIL'} {os.devnull} is still a character device")
     # --memory-model pytorch: the summary line, the plan's pytorch_memory, the budget's answer;
     # without it the plan has no such field.
     case("unknown memory model", [RESNET18, "--batch", "2", "--memory-model", "tf"], 2,
