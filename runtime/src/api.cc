@@ -295,10 +295,7 @@ autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtim
                   std::string(__func__) + ": demand paging needs the CUDA backend (pages fault "
                                           "back only in managed memory)");
     std::unique_ptr<autovm::rt::Backend> backend;
-    // Read as an integer: a C caller may pass any value, and loading one outside the
-    // enumeration as the enum type is undefined in C++.
-    std::underlying_type_t<autovm_backend> kind;
-    std::memcpy(&kind, &o.backend, sizeof kind);
+    const int kind = kind_of(o.backend);
     switch (kind) {
       case AUTOVM_BACKEND_HOST: {
         autovm::rt::HostBackendOptions host;
