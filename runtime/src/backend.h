@@ -63,8 +63,12 @@ class Backend {
   virtual void recompute_prepare(const Tensor&, void*) {}
   // step_begin(s) has made every wait it needs before step s.
   virtual void waits_done(StepIndex, void*) {}
-  // The stalls measured so far (may synchronise with the device); reset_stalls() zeroes them.
-  virtual StallTimes stalls() { return {}; }
+  // The stalls measured so far (may synchronise with the device; valid until the next call);
+  // reset_stalls() zeroes them. Backends that measure none report none.
+  virtual const StallTimes& stalls() {
+    static const StallTimes none;
+    return none;
+  }
   virtual void reset_stalls() {}
 
  private:

@@ -144,7 +144,7 @@ class CudaBackend final : public Backend {
         check(cudaStreamCreateWithFlags(&in_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
       }
       check(cudaEventCreateWithFlags(&step_event_, cudaEventDisableTiming), "cudaEventCreate");
-      stall_by_step_.assign(plan.steps.size(), 0.0);
+      stalls_.by_step_us.assign(plan.steps.size(), 0.0);
       allocate_shadows(plan);
     } catch (...) {
       release();  // what was allocated before the failure
@@ -285,21 +285,16 @@ class CudaBackend final : public Backend {
     harvest(false);
   }
 
-  StallTimes stalls() override {
+  const StallTimes& stalls() override {
     harvest(true);
-    StallTimes out;
-    out.by_step_us = stall_by_step_;
-    out.total_us = stall_total_us_;
-    out.late = late_;
-    out.measured = measured_;
-    return out;
+    return stalls_;
   }
 
   void reset_stalls() override {
     harvest(true);
-    std::fill(stall_by_step_.begin(), stall_by_step_.end(), 0.0);
-    stall_total_us_ = 0;
-    late_ = measured_ = 0;
+    const size_t steps = stalls_.by_step_us.size();
+    stalls_ = StallTimes{};
+    stalls_.by_step_us.assign(steps, 0.0);
   }
 
  private:
@@ -522,10 +517,10 @@ class CudaBackend final : public Backend {
       float ms = 0;
       check(cudaEventElapsedTime(&ms, w.before, w.after), "cudaEventElapsedTime");
       const double us = 1000.0 * ms;
-      stall_by_step_[static_cast<size_t>(w.step)] += us;
-      stall_total_us_ += us;
-      ++measured_;
-      if (us > kLateUs) ++late_;
+      stalls_.by_step_us[static_cast<size_t>(w.step)] += us;
+      stalls_.total_us += us;
+      ++stalls_.measured;
+      if (us > kLateUs) ++stalls_.late;
       spare_events_.push_back(w.before);
       spare_events_.push_back(w.after);
       pending_.pop_front();
@@ -551,9 +546,7 @@ class CudaBackend final : public Backend {
   cudaEvent_t wait_before_ = nullptr;
   std::deque<Wait> pending_;
   std::vector<cudaEvent_t> spare_events_;
-  std::vector<double> stall_by_step_;
-  double stall_total_us_ = 0;
-  int64_t late_ = 0, measured_ = 0;
+  StallTimes stalls_;  // of the waits harvested so far
 };
 
 }  // namespace

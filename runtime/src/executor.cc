@@ -247,7 +247,7 @@ void Executor::bind(TensorId id, void* p, int64_t bytes) {
 
 autovm_stats Executor::stats() const {
   autovm_stats out = stats_;
-  const StallTimes stalls = backend_->stalls();
+  const StallTimes& stalls = backend_->stalls();
   out.stall_us = stalls.total_us;
   out.late_prefetches = stalls.late;
   out.measured_waits = stalls.measured;
@@ -264,7 +264,7 @@ void Executor::reset_stats() {
 }
 
 double Executor::step_stall_us(StepIndex s) const {
-  const StallTimes stalls = backend_->stalls();
+  const StallTimes& stalls = backend_->stalls();
   const auto i = static_cast<size_t>(s);
   return i < stalls.by_step_us.size() ? stalls.by_step_us[i] : 0.0;
 }

@@ -15,6 +15,17 @@ using namespace autovm;
 
 namespace {
 
+// Appends a step of `op` reading `in` and writing `out` (forward phase, no workspace).
+void add_step(TrainingGraph& g, const char* op, std::vector<TensorId> in,
+              std::vector<TensorId> out) {
+  Step s;
+  s.id = g.step_count();
+  s.op = op;
+  s.inputs = std::move(in);
+  s.outputs = std::move(out);
+  g.steps.push_back(s);
+}
+
 // a (100 B), b (100), c (100), d (50), e (50); all activations.
 //   step 0: a = A()        step 1: b = B(a)       step 2: c = C(b)
 //   step 3: d = D(c)       step 4: e = E(a, d)
@@ -24,12 +35,7 @@ TrainingGraph five_steps(const char* producer_of_a) {
   for (auto [name, bytes] : {std::pair{"a", 100}, {"b", 100}, {"c", 100}, {"d", 50}, {"e", 50}})
     g.add_tensor(name, TensorKind::activation, DType::u8, {bytes});
   auto step = [&](const char* op, std::vector<TensorId> in, std::vector<TensorId> out) {
-    Step s;
-    s.id = g.step_count();
-    s.op = op;
-    s.inputs = in;
-    s.outputs = out;
-    g.steps.push_back(s);
+    add_step(g, op, std::move(in), std::move(out));
   };
   step(producer_of_a, {}, {0});
   step("B", {0}, {1});
@@ -211,12 +217,7 @@ TrainingGraph chain_graph() {
   for (auto [name, bytes] : {std::pair{"y", 100}, {"z", 100}, {"p", 200}, {"q", 50}, {"e", 10}})
     g.add_tensor(name, TensorKind::activation, DType::u8, {bytes});
   auto step = [&](const char* op, std::vector<TensorId> in, std::vector<TensorId> out) {
-    Step s;
-    s.id = g.step_count();
-    s.op = op;
-    s.inputs = in;
-    s.outputs = out;
-    g.steps.push_back(s);
+    add_step(g, op, std::move(in), std::move(out));
   };
   step("X", {}, {0});
   step("Conv", {0}, {1});
@@ -275,12 +276,7 @@ TEST_CASE("a chain whose pinned input would not fit where it runs is not offered
        {std::pair{"y", 100}, {"z", 100}, {"p", 200}, {"q", 50}, {"e", 10}, {"f", 10}})
     g.add_tensor(name, TensorKind::activation, DType::u8, {bytes});
   auto step = [&](const char* op, std::vector<TensorId> in, std::vector<TensorId> out) {
-    Step s;
-    s.id = g.step_count();
-    s.op = op;
-    s.inputs = in;
-    s.outputs = out;
-    g.steps.push_back(s);
+    add_step(g, op, std::move(in), std::move(out));
   };
   step("X", {}, {0});
   step("Conv", {0}, {1});

@@ -260,13 +260,11 @@ ModeResult replay_mode(const autovm_plan* plan, const std::string& mode, const O
   autovm_plan_tensor_count(plan, &tensor_count);
   autovm_plan_step_count(plan, &step_count);
   autovm_plan_action_count(plan, &action_count);
-  std::vector<Span> tensors(static_cast<size_t>(tensor_count));
+  std::vector<int64_t> tensor_bytes(static_cast<size_t>(tensor_count));
   for (int32_t t = 0; t < tensor_count; ++t) {
     autovm_tensor_info info;
     autovm_plan_tensor_info(plan, t, &info);
-    void* p = nullptr;
-    api_check(autovm_tensor_pointer(rt, t, &p), "autovm_tensor_pointer");
-    tensors[static_cast<size_t>(t)] = Span{p, info.bytes};
+    tensor_bytes[static_cast<size_t>(t)] = info.bytes;
   }
   // What each step reads and writes, by tensor id: pointers are asked for at every launch, since
   // a chain temporary lies outside the arena while it exists (autovm_tensor_pointer).
@@ -300,7 +298,7 @@ ModeResult replay_mode(const autovm_plan* plan, const std::string& mode, const O
     auto spans = [&](const std::vector<int32_t>& ids, std::vector<Span>& into) {
       into.clear();
       for (int32_t id : ids) {
-        Span sp{nullptr, tensors[static_cast<size_t>(id)].bytes};
+        Span sp{nullptr, tensor_bytes[static_cast<size_t>(id)]};
         api_check(autovm_tensor_pointer(rt, id, &sp.ptr), "autovm_tensor_pointer");
         into.push_back(sp);
       }
