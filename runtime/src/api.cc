@@ -7,6 +7,7 @@
 
 #include "autovm/autovm.h"
 #include "backend.h"
+#include "residency_layout.h"
 #include "executor.h"
 #include "plan.h"
 
@@ -294,27 +295,39 @@ autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtim
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
                   std::string(__func__) + ": demand paging needs the CUDA backend (pages fault "
                                           "back only in managed memory)");
-    std::unique_ptr<autovm::rt::Backend> backend;
     const int kind = kind_of(o.backend);
-    switch (kind) {
-      case AUTOVM_BACKEND_HOST: {
-        autovm::rt::HostBackendOptions host;
-        if (o.host_arena_cap_bytes > 0) host.arena_cap_bytes = o.host_arena_cap_bytes;
-        backend = autovm::rt::make_host_backend(p, host);
-        break;
-      }
-      case AUTOVM_BACKEND_CUDA:
-        backend = make_cuda(p, o);
-        break;
-      default:
-        throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
-                    std::string(__func__) + ": unknown backend " +
-                        std::to_string(kind));
+    if (kind != AUTOVM_BACKEND_HOST && kind != AUTOVM_BACKEND_CUDA)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                  std::string(__func__) + ": unknown backend " + std::to_string(kind));
+    // The arena packed by residency where evicted bytes wait in the backend's own host buffers.
+    const auto layout = int_of(o.layout);
+    if (layout < AUTOVM_LAYOUT_AUTO || layout > AUTOVM_LAYOUT_PACKED)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                  std::string(__func__) + ": unknown layout " + std::to_string(layout));
+    const bool can_pack =
+        mode == AUTOVM_MODE_PLAN &&
+        (kind == AUTOVM_BACKEND_HOST || resolve_mechanism(o.mechanism, p) == AUTOVM_MECHANISM_MAPPED);
+    if (layout == AUTOVM_LAYOUT_PACKED && !can_pack)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                  std::string(__func__) + ": a packed arena needs mode PLAN and the host backend "
+                                          "or the mapped mechanism (managed memory keeps an "
+                                          "evicted tensor's bytes in its range)");
+    std::shared_ptr<const autovm::rt::Plan> laid_out = plan->plan;
+    if (can_pack && layout != AUTOVM_LAYOUT_PLAN)
+      laid_out = std::make_shared<const autovm::rt::Plan>(
+          autovm::rt::with_layout(p, autovm::rt::pack_by_residency(p)));
+    std::unique_ptr<autovm::rt::Backend> backend;
+    if (kind == AUTOVM_BACKEND_HOST) {
+      autovm::rt::HostBackendOptions host;
+      if (o.host_arena_cap_bytes > 0) host.arena_cap_bytes = o.host_arena_cap_bytes;
+      backend = autovm::rt::make_host_backend(*laid_out, host);
+    } else {
+      backend = make_cuda(*laid_out, o);
     }
     const int64_t budget = o.budget_bytes > 0 ? o.budget_bytes : p.budget_bytes;
     auto rt = std::make_unique<autovm_runtime>();
-    rt->plan = plan->plan;
-    rt->executor = std::make_unique<autovm::rt::Executor>(plan->plan, std::move(backend), budget,
+    rt->plan = laid_out;
+    rt->executor = std::make_unique<autovm::rt::Executor>(laid_out, std::move(backend), budget,
                                                           o.strict != 0, mode);
     *out = rt.release();
   });

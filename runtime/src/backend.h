@@ -52,8 +52,9 @@ class Backend {
   virtual void evict_issue(const Tensor& t, void* stream) = 0;
   // The copy is complete: release the tensor's memory.
   virtual void evict_complete(const Tensor& t, void* stream) = 0;
-  // The tensor's memory is back; start copying its bytes from host memory.
-  virtual void prefetch_issue(const Tensor& t, void* stream) = 0;
+  // The tensor's memory is back; start copying its bytes from host memory, once the evictions of
+  // a.wait_evicted (the prefetch action) no longer read the range.
+  virtual void prefetch_issue(const Tensor& t, const Action& a, void* stream) = 0;
   // The bytes must be in place before the step that waits on this starts.
   virtual void prefetch_complete(const Tensor& t, void* stream) = 0;
   // Drop the tensor's memory without a copy.

@@ -232,11 +232,16 @@ class CudaBackend final : public Backend {
   // out (and the discard) to finish, so the resident bytes never exceed the budget in time.
   void evict_complete(const Tensor& t, void* stream) override { wait_ready(state(t).evicted, stream); }
 
-  void prefetch_issue(const Tensor& t, void*) override {
+  void prefetch_issue(const Tensor& t, const Action& a, void*) override {
     wait_for_step(in_stream_);
     State& st = state(t);
     if (st.evicted && in_stream_ != out_stream_)
       check(cudaStreamWaitEvent(in_stream_, st.evicted, 0), "cudaStreamWaitEvent (evicted)");
+    for (TensorId other : a.wait_evicted) {  // earlier occupants of a packed range
+      cudaEvent_t evicted = tensors_[static_cast<size_t>(other)].evicted;
+      if (evicted && in_stream_ != out_stream_)
+        check(cudaStreamWaitEvent(in_stream_, evicted, 0), "cudaStreamWaitEvent (range free)");
+    }
     switch (options_.mechanism) {
       case AUTOVM_MECHANISM_PREFETCH:
         check(cudaMemPrefetchAsync(pointer(t), static_cast<size_t>(t.bytes), device_location(),

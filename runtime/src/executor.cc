@@ -49,8 +49,29 @@ Executor::Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> ba
     if (a.kind == AUTOVM_ACTION_EVICT || a.kind == AUTOVM_ACTION_PREFETCH)
       due_before_[static_cast<size_t>(a.ready_before_step)].push_back(i);
   }
+  // An eviction a prefetch at the same point must wait for (Action::wait_evicted: a range of an
+  // arena packed by residency passes from one tensor to the other) is issued first, so that the
+  // prefetch's copy finds that eviction's event recorded.
+  for (auto& batch : issued_after_) {
+    std::vector<TensorId> waited;
+    for (size_t i : batch)
+      for (TensorId t : plan_->actions[i].wait_evicted) waited.push_back(t);
+    if (waited.empty()) continue;
+    std::stable_partition(batch.begin(), batch.end(), [&](size_t i) {
+      const Action& a = plan_->actions[i];
+      return a.kind == AUTOVM_ACTION_EVICT &&
+             std::find(waited.begin(), waited.end(), a.tensor) != waited.end();
+    });
+  }
+  // Evictions complete before the prefetches due at the same step: in an arena packed by
+  // residency the range an eviction frees may be the one a prefetch fills (the host backend
+  // poisons at completion and copies back at completion).
+  for (auto& due : due_before_)
+    std::stable_partition(due.begin(), due.end(), [&](size_t i) {
+      return plan_->actions[i].kind == AUTOVM_ACTION_EVICT;
+    });
   state_.assign(plan_->tensors.size(), AUTOVM_RESIDENCY_UNALLOCATED);
-  temporary_offset_.assign(plan_->tensors.size(), -1);
+  temporary_offset_.assign(plan_->tensors.size(), kNoTemporary);
   for (const Tensor& t : plan_->tensors) {
     if (t.persistent) {
       set_state(t.id, AUTOVM_RESIDENCY_RESIDENT);
@@ -95,7 +116,7 @@ void Executor::issue(StepIndex after_step, void* stream) {
       case AUTOVM_ACTION_PREFETCH:
         assert(now == AUTOVM_RESIDENCY_ON_HOST);
         set_state(t.id, AUTOVM_RESIDENCY_PREFETCHING);
-        if (mode_ != AUTOVM_MODE_DEMAND_PAGING) backend_->prefetch_issue(t, stream);
+        if (mode_ != AUTOVM_MODE_DEMAND_PAGING) backend_->prefetch_issue(t, a, stream);
         stats_.bytes_to_device += a.bytes;
         ++stats_.prefetches;
         break;
@@ -131,7 +152,7 @@ void Executor::complete(StepIndex before_step, void* stream) {
         break;
       case AUTOVM_ACTION_RECOMPUTE:
         if (now == AUTOVM_RESIDENCY_UNALLOCATED) {  // a chain temporary, resident for this step
-          assert(a.temporary_offset >= 0);
+          assert(a.temporary_offset != kNoTemporary);
           temporary_offset_[static_cast<size_t>(t.id)] = a.temporary_offset;
           set_state(t.id, AUTOVM_RESIDENCY_RESIDENT);
           ++stats_.recomputes;
@@ -199,7 +220,7 @@ void Executor::step_end(StepIndex s, void* stream) {
   if (s == n - 1) complete(n, stream);
   for (TensorId t : freed_after_[static_cast<size_t>(s)]) {
     set_state(t, AUTOVM_RESIDENCY_UNALLOCATED);
-    temporary_offset_[static_cast<size_t>(t)] = -1;
+    temporary_offset_[static_cast<size_t>(t)] = kNoTemporary;
   }
   running_.reset();
   if (s == n - 1) {
@@ -251,6 +272,7 @@ autovm_stats Executor::stats() const {
   out.stall_us = stalls.total_us;
   out.late_prefetches = stalls.late;
   out.measured_waits = stalls.measured;
+  out.memory_bytes = plan_->memory_bytes();
   return out;
 }
 

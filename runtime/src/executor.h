@@ -44,10 +44,10 @@ class Executor {
   // otherwise.
   void touch(StepIndex s, TensorId t);
 
-  // A chain temporary lies after the arena while it exists (Action::temporary_offset).
+  // A chain temporary lies at Action::temporary_offset from the arena's end while it exists.
   void* pointer(TensorId t) {
     const int64_t temp = temporary_offset_[static_cast<size_t>(t)];
-    return temp >= 0 ? backend_->at(plan_->arena_bytes + temp) : backend_->pointer(tensor(t));
+    return temp != kNoTemporary ? backend_->at(plan_->arena_bytes + temp) : backend_->pointer(tensor(t));
   }
   // The trainer's own memory for tensor t (nullptr: back to the arena). Only between steps,
   // with the tensor resident or outside its lifetime; throws Error otherwise.
@@ -77,7 +77,7 @@ class Executor {
   std::vector<std::vector<TensorId>> allocated_at_, freed_after_;
 
   std::vector<autovm_residency> state_;  // [tensor]
-  std::vector<int64_t> temporary_offset_;  // [tensor] while it is a chain temporary; else -1
+  std::vector<int64_t> temporary_offset_;  // [tensor] while it is a chain temporary; else kNoTemporary
   std::optional<StepIndex> running_;     // between step_begin and step_end
   StepIndex next_ = 0;                   // the step step_begin expects
   autovm_stats stats_{};

@@ -39,7 +39,7 @@ class HostBackend final : public Backend {
     std::memcpy(shadow.data(), from, shadow.size());
   }
   void evict_complete(const Tensor& t, void*) override { poison(t); }
-  void prefetch_issue(const Tensor&, void*) override {}
+  void prefetch_issue(const Tensor&, const Action&, void*) override {}
   void prefetch_complete(const Tensor& t, void*) override {
     void* to = pointer(t);
     if (!to) return;

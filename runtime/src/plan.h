@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -52,6 +53,8 @@ struct Step {
   double compute_us = 0;  // predicted by the planner; 0 when the plan does not say
 };
 
+inline constexpr int64_t kNoTemporary = std::numeric_limits<int64_t>::min();
+
 struct Action {
   autovm_action_kind kind = AUTOVM_ACTION_ADVISE;
   TensorId tensor = 0;
@@ -61,8 +64,12 @@ struct Action {
   StepIndex source_step = -1;
   std::string advice;
   // A chain temporary (a recompute after the tensor's lifetime): where it lies for its one
-  // step, from the end of the arena (the arena's range is another tensor's by then); else -1.
-  int64_t temporary_offset = -1;
+  // step, counted from the end of the arena (the arena's range is another tensor's by then;
+  // negative: inside an arena packed by residency, residency_layout.h); else kNoTemporary.
+  int64_t temporary_offset = kNoTemporary;
+  // A prefetch into a range that these tensors' evictions may still be reading when it may start
+  // (an arena packed by residency, residency_layout.h): its copy waits for them. Else empty.
+  std::vector<TensorId> wait_evicted;
 };
 
 struct Plan {

@@ -208,11 +208,100 @@ TEST_CASE("an arena larger than the free device memory is refused before anythin
   autovm_plan* plan = load(make_plan(static_cast<int64_t>(total) * 2));
   for (autovm_mechanism m : {AUTOVM_MECHANISM_STAGED, AUTOVM_MECHANISM_MAPPED}) {
     autovm_runtime_options o = cuda_options(m);
+    o.layout = AUTOVM_LAYOUT_PLAN;  // packing would shrink this made-up arena
     autovm_runtime* rt = nullptr;
     CHECK(autovm_runtime_create(plan, &o, &rt) == AUTOVM_ERR_OUT_OF_MEMORY);
     CHECK(std::string(autovm_last_error()).find("does not fit") != std::string::npos);
     CHECK(rt == nullptr);
   }
+  autovm_plan_free(plan);
+}
+
+// tests/runtime/plans/packed.json at scale: two 256 MiB tensors take turns in one range of a
+// mapped arena packed by residency (runtime/src/residency_layout.h). Steps: 0: x -> A;
+// 1: A -> y; 2: B, y -> c; 3: A, c -> z. A is evicted after step 1 while B, a parameter kept on
+// the host, comes in after step 1 into the same range: B's copy must wait for A's to finish
+// (and A's, after step 2, for B's eviction), or the bytes of one overwrite the other's.
+std::string make_packed_plan(int64_t big, int64_t small) {
+  json p;
+  p["schema_version"] = 1;
+  p["generator"] = "tests/gpu/test_gpu.cc";
+  p["execution_model"] = "autovm-1";
+  // The plan's layout, by lifetime: B, A, then x/y/z and c.
+  const int64_t offsets[6] = {2 * big, big, 2 * big, 0, 2 * big + small, 2 * big};
+  const int64_t bytes[6] = {small, big, small, big, small, small};
+  const char* names[6] = {"x", "A", "y", "B", "c", "z"};
+  const int first[6] = {0, 0, 1, 0, 2, 3}, last[6] = {0, 3, 2, 3, 3, 3};
+  p["options"] = {{"budget_bytes", big + 2 * small}, {"mechanism", "mapped"}};
+  p["statistics"] = {{"arena_bytes", 2 * big + 2 * small}};
+  for (int i = 0; i < 6; ++i) {
+    p["tensors"].push_back({{"id", i}, {"name", names[i]}, {"kind", i == 3 ? "parameter" : "activation"},
+                            {"dtype", "uint8"}, {"bytes", bytes[i]}, {"offset", offsets[i]}});
+    p["lifetimes"].push_back({{"tensor", i}, {"first", first[i]}, {"last", last[i]},
+                              {"persistent", i == 3}});
+  }
+  const std::vector<std::vector<int>> ins = {{0}, {1}, {3, 2}, {1, 4}}, outs = {{1}, {2}, {4}, {5}};
+  for (int s = 0; s < 4; ++s)
+    p["steps"].push_back({{"id", s}, {"op", "Test"}, {"phase", "forward"}, {"node", ""},
+                          {"inputs", ins[s]}, {"outputs", outs[s]}, {"workspace", nullptr}});
+  auto action = [&](const char* kind, int t, int after, int ready) {
+    p["actions"].push_back({{"kind", kind}, {"tensor", t}, {"bytes", bytes[t]},
+                            {"after_step", after}, {"ready_before_step", ready}});
+  };
+  action("evict", 1, 1, 2);
+  action("prefetch", 3, 1, 2);
+  action("prefetch", 1, 2, 3);
+  action("evict", 3, 2, 3);
+  return p.dump();
+}
+
+TEST_CASE("mapped, packed by residency: two tensors taking turns in one range keep their bytes") {
+  const int64_t big = int64_t{256} << 20, small = int64_t{1} << 20;
+  Gpu gpu;
+  autovm_plan* plan = load(make_packed_plan(big, small));
+  autovm_runtime_options o = cuda_options(AUTOVM_MECHANISM_MAPPED);
+  o.strict = 1;
+  o.layout = AUTOVM_LAYOUT_PACKED;
+  autovm_runtime* rt = nullptr;
+  REQUIRE_MESSAGE(autovm_runtime_create(plan, &o, &rt) == AUTOVM_OK, autovm_last_error());
+  void* a = nullptr;
+  void* b = nullptr;
+  REQUIRE(autovm_tensor_pointer(rt, 1, &a) == AUTOVM_OK);
+  REQUIRE(autovm_tensor_pointer(rt, 3, &b) == AUTOVM_OK);
+  CHECK(a == b);  // one range
+  autovm_stats st;
+  REQUIRE(autovm_runtime_stats(rt, &st) == AUTOVM_OK);
+  CHECK(st.memory_bytes < big + 4 * small);  // the plan's layout needs 2 * big + 2 * small
+  // The trainer's initial value of B, written before the first step (B is resident until then).
+  REQUIRE(fill_pattern(b, big, 77, gpu.stream) == cudaSuccess);
+  for (int round = 0; round < 3; ++round) {
+    const uint32_t seed = 1000u * static_cast<uint32_t>(round + 1);
+    for (int s = 0; s < 4; ++s) {
+      REQUIRE_MESSAGE(autovm_step_begin(rt, s, gpu.stream) == AUTOVM_OK, autovm_last_error());
+      REQUIRE(cudaMemsetAsync(gpu.sums, 0, 4 * sizeof(unsigned long long), gpu.stream) == cudaSuccess);
+      if (s == 0) REQUIRE(fill_pattern(a, big, seed, gpu.stream) == cudaSuccess);
+      if (s == 2) {
+        REQUIRE(autovm_touch(rt, 2, 3) == AUTOVM_OK);
+        REQUIRE(checksum(b, big, gpu.sums, gpu.stream) == cudaSuccess);
+        REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
+        INFO("round " << round << ": B at step 2");
+        CHECK(gpu.sums[0] == pattern_checksum(77, big));
+      }
+      if (s == 3) {
+        REQUIRE(autovm_touch(rt, 3, 1) == AUTOVM_OK);
+        REQUIRE(checksum(a, big, gpu.sums, gpu.stream) == cudaSuccess);
+        REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
+        INFO("round " << round << ": A at step 3");
+        CHECK(gpu.sums[0] == pattern_checksum(seed, big));
+      }
+      REQUIRE_MESSAGE(autovm_step_end(rt, s, gpu.stream) == AUTOVM_OK, autovm_last_error());
+    }
+  }
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  REQUIRE(autovm_runtime_stats(rt, &st) == AUTOVM_OK);
+  CHECK(st.violations == 0);
+  CHECK(st.bytes_to_host == 3 * 2 * big);
+  autovm_runtime_free(rt);
   autovm_plan_free(plan);
 }
 

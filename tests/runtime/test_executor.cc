@@ -119,9 +119,13 @@ TEST_CASE("discard and recompute: residency follows the execution model's table"
 
 TEST_CASE("a chain temporary lies after the arena for its one step") {
   // chain.json: discard a after step 1; before step 3 recompute a (step 0) and b (step 1, after
-  // b's lifetime [1, 2]: a temporary). The arena is 6144 bytes; b's room starts there.
+  // b's lifetime [1, 2]: a temporary). The arena is 6144 bytes; b's room starts there. (The
+  // plan's layout; test_residency_layout.cc packs this plan's temporaries into the arena.)
   autovm::Plan plan = autovm::Plan::load(rt_test::plan_path("chain.json"));
-  autovm::Runtime rt(plan);
+  autovm_runtime_options o;
+  REQUIRE(autovm_runtime_options_init(&o) == AUTOVM_OK);
+  o.layout = AUTOVM_LAYOUT_PLAN;
+  autovm::Runtime rt(plan, &o);
   auto* base = static_cast<unsigned char*>(rt.pointer(1));  // w, at offset 0
   REQUIRE(base != nullptr);
   CHECK(rt.pointer(3) == base + 4096);  // b in its lifetime: its arena offset

@@ -232,6 +232,8 @@ struct ModeResult {
   double host_us_per_call = 0;           // measured steps: includes waiting on a full launch queue
   double host_us_per_call_unloaded = 0;  // one extra step, the GPU idle at every call
   int64_t peak_resident = 0;
+  int64_t memory_bytes = 0;  // the runtime's arena as laid out, temporaries included
+  int64_t device_bytes = 0;  // device memory the runtime took (cudaMemGetInfo before and after)
   std::vector<double> stall_by_step_us;  // per training step
 };
 
@@ -253,7 +255,10 @@ ModeResult replay_mode(const autovm_plan* plan, const std::string& mode, const O
                                       : AUTOVM_MECHANISM_MAPPED;
   }
   autovm_runtime* rt = nullptr;
+  size_t free_before = 0, free_after = 0, device_total = 0;
+  cuda_check(cudaMemGetInfo(&free_before, &device_total), "cudaMemGetInfo");
   api_check(autovm_runtime_create(plan, &ro, &rt), "autovm_runtime_create (" + mode + ")");
+  cuda_check(cudaMemGetInfo(&free_after, &device_total), "cudaMemGetInfo");
 
   int32_t tensor_count = 0;
   int64_t step_count = 0, action_count = 0;
@@ -405,6 +410,8 @@ ModeResult replay_mode(const autovm_plan* plan, const std::string& mode, const O
   r.um.gpu_page_faults = static_cast<uint64_t>(static_cast<double>(r.um.gpu_page_faults) / n);
   r.host_us_per_call = host_calls ? 1e6 * host_seconds / static_cast<double>(host_calls) : 0;
   r.peak_resident = st.peak_resident_bytes;
+  r.memory_bytes = st.memory_bytes;
+  r.device_bytes = static_cast<int64_t>(free_before) - static_cast<int64_t>(free_after);
   for (int i = 0; i < total; ++i) {
     cudaEventDestroy(begin[static_cast<size_t>(i)]);
     cudaEventDestroy(end[static_cast<size_t>(i)]);
@@ -436,19 +443,23 @@ int replay(const Options& o) {
     const ModeResult& r = results.back();
     std::fprintf(stderr, "  %s done: %.1f ms\n", mode.c_str(), r.median_ms);
   }
-  std::printf("%-9s %10s %9s %9s %6s %9s %9s %9s %9s %8s %9s %9s %9s\n", "mode", "step ms", "min",
-              "max", "late", "stall ms", "out GB", "in GB", "UM in GB", "faults", "host us",
-              "idle us", "peak GB");
+  std::printf("%-9s %10s %9s %9s %6s %9s %9s %9s %9s %8s %9s %9s %9s %9s %9s\n", "mode",
+              "step ms", "min", "max", "late", "stall ms", "out GB", "in GB", "UM in GB", "faults",
+              "host us", "idle us", "peak GB", "arena GB", "device GB");
   for (const ModeResult& r : results)
-    std::printf("%-9s %10.1f %9.1f %9.1f %6lld %9.1f %9.2f %9.2f %9.2f %8llu %9.1f %9.1f %9.2f\n",
+    std::printf("%-9s %10.1f %9.1f %9.1f %6lld %9.1f %9.2f %9.2f %9.2f %8llu %9.1f %9.1f %9.2f "
+                "%9.2f %9.2f\n",
                 r.mode.c_str(), r.median_ms, r.min_ms, r.max_ms, static_cast<long long>(r.late),
                 r.stall_ms, r.to_host_gb, r.to_device_gb, r.um.bytes_to_device / 1e9,
                 static_cast<unsigned long long>(r.um.gpu_page_faults), r.host_us_per_call,
-                r.host_us_per_call_unloaded, r.peak_resident / 1e9);
+                r.host_us_per_call_unloaded, r.peak_resident / 1e9, r.memory_bytes / 1e9,
+                r.device_bytes / 1e9);
   std::printf("(late: waits that held the compute stream > 5 us, per mode in total; stall, out, "
               "in, UM in (CUPTI's bytes migrated to the device), faults (GPU page-fault groups): "
               "per training step; host us: mean time in step_begin/step_end while replaying, "
-              "including waits on a full launch queue; idle us: the same with the GPU idle)\n");
+              "including waits on a full launch queue; idle us: the same with the GPU idle; peak: "
+              "the executor's resident bytes; arena: the runtime's arena as laid out (mapped: "
+              "packed by residency); device: device memory the runtime took, by cudaMemGetInfo)\n");
   std::printf("\nplan's predictions: no swap %.1f ms, AutoVM (%s) %.1f ms, demand paging %.1f ms, "
               "lower bound %.1f ms\n",
               pred.no_swap_us / 1e3, pred.mechanism.c_str(), pred.autovm_us / 1e3,
@@ -504,7 +515,9 @@ int replay(const Options& o) {
                               {"host_us_per_call", r.host_us_per_call},
                               {"host_us_per_call_idle", r.host_us_per_call_unloaded},
                               {"stall_by_step_us", r.stall_by_step_us},
-                              {"peak_resident_bytes", r.peak_resident}});
+                              {"peak_resident_bytes", r.peak_resident},
+                              {"memory_bytes", r.memory_bytes},
+                              {"device_bytes", r.device_bytes}});
     std::ofstream(o.json_out) << out.dump(1) << "\n";
   }
   autovm_plan_free(plan);
@@ -576,6 +589,7 @@ int bench(const Options& o) {
       }
       const auto& a = plan.tensors[0];
       const auto& bt = plan.tensors[1];
+      const autovm::rt::Action prefetch;  // no earlier occupant to wait for
       std::vector<double> in, out, both;
       try {
         for (int r = 0; r < o.repeat + 1; ++r) {  // the first round warms up
@@ -585,7 +599,7 @@ int bench(const Options& o) {
           cuda_check(cudaDeviceSynchronize(), "sync");
           const double t_out = seconds_since(t0);
           t0 = std::chrono::steady_clock::now();
-          b->prefetch_issue(a, nullptr);
+          b->prefetch_issue(a, prefetch, nullptr);
           cuda_check(cudaDeviceSynchronize(), "sync");
           const double t_in = seconds_since(t0);
           b->step_enqueued(0, nullptr);
@@ -594,10 +608,10 @@ int bench(const Options& o) {
           b->step_enqueued(0, nullptr);
           t0 = std::chrono::steady_clock::now();
           b->evict_issue(a, nullptr);
-          b->prefetch_issue(bt, nullptr);
+          b->prefetch_issue(bt, prefetch, nullptr);
           cuda_check(cudaDeviceSynchronize(), "sync");
           const double t_both = seconds_since(t0);
-          b->prefetch_issue(a, nullptr);
+          b->prefetch_issue(a, prefetch, nullptr);
           cuda_check(cudaDeviceSynchronize(), "sync");
           if (r == 0) continue;
           out.push_back(bytes / t_out / 1e9);

@@ -85,6 +85,18 @@ typedef enum autovm_mode {
   AUTOVM_MODE_RESIDENT = 2       /* no actions: every tensor stays on the device (no budget) */
 } autovm_mode;
 
+/* Where tensors lie in the arena. The plan lays them out by lifetime: a tensor keeps its range
+ * while it is evicted, so the arena is the step's peak without swapping. Where the backend keeps
+ * an evicted tensor's bytes in host buffers of its own (the host backend, and the CUDA backend's
+ * mapped mechanism in mode PLAN), the runtime can pack the arena by residency instead: ranges
+ * are shared by tensors never on the device at the same step, the arena needs about the budget,
+ * and each tensor still keeps one address (runtime/src/residency_layout.h). */
+typedef enum autovm_layout {
+  AUTOVM_LAYOUT_AUTO = 0,     /* packed where the backend can, else the plan's */
+  AUTOVM_LAYOUT_PLAN = 1,     /* the plan's offsets (arena = statistics.arena_bytes) */
+  AUTOVM_LAYOUT_PACKED = 2    /* packed; AUTOVM_ERR_INVALID_ARGUMENT where the backend cannot */
+} autovm_layout;
+
 typedef enum autovm_tensor_kind {
   AUTOVM_TENSOR_INPUT = 0,
   AUTOVM_TENSOR_LABEL = 1,
@@ -201,10 +213,11 @@ typedef struct autovm_runtime_options {
   int allow_oversubscribe;      /* 1: allow a managed arena larger than the device's free
                                    memory less the margin. On a shared GPU this can hang the
                                    device for everyone: only for a GPU that is yours alone */
+  autovm_layout layout;         /* AUTOVM_LAYOUT_AUTO */
 } autovm_runtime_options;
 
 /* Defaults: host backend, the plan's budget, not strict, a 1 GiB cap; for CUDA: the plan's
- * mechanism, mode PLAN, device 0, a 1 GiB margin, no oversubscription. */
+ * mechanism, mode PLAN, device 0, a 1 GiB margin, no oversubscription; layout AUTO. */
 AUTOVM_EXPORT autovm_status autovm_runtime_options_init(autovm_runtime_options* options);
 /* options may be NULL (the defaults). The runtime keeps what it needs of the plan: the plan
  * may be freed first. Persistent tensors start resident, with zeroed bytes. */
@@ -272,6 +285,8 @@ typedef struct autovm_stats {
                                     due, and evictions whose memory the step counts free */
   int64_t late_prefetches;       /* COUNT: steps whose waits held the compute stream > 5 us */
   int64_t measured_waits;        /* COUNT: steps that waited (all their waits timed as one) */
+  int64_t memory_bytes;          /* the backend's memory: the arena as laid out (autovm_layout)
+                                    and the room for chain temporaries */
 } autovm_stats;
 
 /* Synchronises with the device (CUDA backend) to read the event timings: not for the hot path. */
