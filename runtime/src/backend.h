@@ -93,6 +93,9 @@ struct CudaBackendOptions {
   int device = 0;
   int64_t free_margin_bytes = int64_t{1} << 30;
   bool allow_oversubscribe = false;
+  // staged: advise the arena cudaMemAdviseSetAccessedBy(device), so that the copy bringing a
+  // discarded range back finds its pages mapped (cuda_backend.cc; off only to measure).
+  bool advise_accessed_by = true;
 };
 std::unique_ptr<Backend> make_cuda_backend(const Plan& plan, const CudaBackendOptions& options);
 

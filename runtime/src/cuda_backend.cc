@@ -373,6 +373,18 @@ class CudaBackend final : public Backend {
     check(cudaMallocManaged(&p, static_cast<size_t>(arena_bytes_), cudaMemAttachGlobal),
           "cudaMallocManaged of the arena (" + gib(arena_bytes_) + ")");
     arena_ = static_cast<char*>(p);
+    // Memory advice, where it helps (tools/bench/staged_in.cu, BENCHMARKS.md): the copy engine
+    // writing managed pages that are not on the device faults them in one by one (0.5-0.8
+    // GB/s), and cudaMemDiscardAndPrefetchBatchAsync does not always leave a discarded range
+    // mapped on the device (the staged way back then collapsed to 0.7-1.3 GB/s from 256 MiB
+    // up). AccessedBy(device) keeps the device's mapping: the way back stays at the copy
+    // engine's speed. Only for staged: under prefetch and demand paging it would turn the
+    // driver's migrations into remote accesses over the link.
+    if (options_.mechanism == AUTOVM_MECHANISM_STAGED && options_.mode == AUTOVM_MODE_PLAN &&
+        options_.advise_accessed_by)
+      check(cudaMemAdvise(arena_, static_cast<size_t>(arena_bytes_), cudaMemAdviseSetAccessedBy,
+                          device_location()),
+            "cudaMemAdvise(SetAccessedBy) of the arena");
     check(cudaMemPrefetchAsync(arena_, static_cast<size_t>(arena_bytes_), device_location(), 0,
                                nullptr),
           "cudaMemPrefetchAsync of the arena");

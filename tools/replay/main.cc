@@ -50,7 +50,8 @@ options:
   --verbose          print each training step's time as it completes (synchronises)
   --sizes LIST       --bench: transfer sizes in bytes with K/M/G suffixes
                      (default 64K,256K,1M,4M,16M,64M,256M,1G,4G)
-  --mechanisms LIST  --bench: from prefetch, staged, mapped (default: all)
+  --mechanisms LIST  --bench: from prefetch, staged, staged-noadvice (staged without
+                     the arena's AccessedBy advice), mapped (default: all but staged-noadvice)
   --repeat N         --bench: repetitions per size, median printed (default 5)
   -h, --help         this text
 
@@ -133,7 +134,7 @@ Options parse(int argc, char** argv) {
     } else if (a == "--mechanisms") {
       o.mechanisms = split(value());
       for (const auto& m : o.mechanisms)
-        if (m != "prefetch" && m != "staged" && m != "mapped")
+        if (m != "prefetch" && m != "staged" && m != "staged-noadvice" && m != "mapped")
           die(kExitUsage, "unknown mechanism '" + m + "' (prefetch, staged, mapped)");
     } else if (a == "--steps") {
       o.steps = parse_int(value(), "--steps", 1);
@@ -576,9 +577,10 @@ int bench(const Options& o) {
     for (int64_t bytes : o.sizes) {
       autovm::rt::Plan plan = bench_plan(bytes);
       autovm::rt::CudaBackendOptions co;
-      co.mechanism = mech == "prefetch" ? AUTOVM_MECHANISM_PREFETCH
-                     : mech == "staged" ? AUTOVM_MECHANISM_STAGED
-                                        : AUTOVM_MECHANISM_MAPPED;
+      co.mechanism = mech == "prefetch"                                ? AUTOVM_MECHANISM_PREFETCH
+                     : mech == "staged" || mech == "staged-noadvice" ? AUTOVM_MECHANISM_STAGED
+                                                                     : AUTOVM_MECHANISM_MAPPED;
+      co.advise_accessed_by = mech != "staged-noadvice";
       co.device = o.device;
       co.free_margin_bytes = static_cast<int64_t>(o.free_margin_gib * (1 << 30));
       std::unique_ptr<autovm::rt::Backend> b;
