@@ -145,26 +145,36 @@ ResidencyLayout pack_by_residency(const Plan& plan, int64_t alignment) {
       item_of_action[i] = it->second;
     }
     std::vector<int64_t> change(static_cast<size_t>(plan.step_count()) + 2, 0);  // from step -1
+    // Items on the device at every step (from -1 to the last) share a step with everything: they
+    // go first, one after the other, and the rest are fitted above them.
     std::vector<size_t> ids;
+    std::vector<int64_t> offset(items.size(), 0), best_offset;
+    int64_t base = 0;
+    const StepRange always{-1, plan.step_count() - 1};
     for (size_t i = 0; i < items.size(); ++i) {
       for (const auto& [first, last] : items[i].on) {
         change[static_cast<size_t>(first + 1)] += items[i].bytes;
         change[static_cast<size_t>(last + 2)] -= items[i].bytes;
         items[i].steps += last - first + 1;
       }
-      if (!items[i].on.empty() && items[i].bytes > 0) ids.push_back(i);
+      if (items[i].on.empty() || items[i].bytes == 0) continue;
+      if (items[i].on.size() == 1 && items[i].on.front() == always) {
+        offset[i] = base;
+        base = (base + items[i].bytes + alignment - 1) / alignment * alignment;
+      } else {
+        ids.push_back(i);
+      }
     }
     int64_t live = 0;
     for (int64_t c : change) layout.peak_bytes = std::max(layout.peak_bytes, live += c);
 
     // Fit in a given order: first fit takes the lowest hole between the ranges taken by placed
     // items sharing a step, best fit the smallest (else the top). Returns the arena's size.
-    std::vector<int64_t> offset(items.size(), 0), best_offset;
     std::vector<size_t> placed;
     std::vector<std::pair<int64_t, int64_t>> taken;  // [begin, end)
     auto fit = [&](const std::vector<size_t>& order, bool best_fit) {
       placed.clear();
-      int64_t arena = 0;
+      int64_t arena = base;
       for (size_t id : order) {
         const Item& mine = items[id];
         taken.clear();
@@ -177,7 +187,7 @@ ResidencyLayout pack_by_residency(const Plan& plan, int64_t alignment) {
             taken.emplace_back(offset[other], offset[other] + theirs.bytes);
         }
         std::sort(taken.begin(), taken.end());
-        int64_t at = -1, hole_best = std::numeric_limits<int64_t>::max(), cursor = 0;
+        int64_t at = -1, hole_best = std::numeric_limits<int64_t>::max(), cursor = base;
         for (const auto& [begin, end] : taken) {
           if (begin - cursor >= mine.bytes && (at < 0 || (best_fit && begin - cursor < hole_best))) {
             at = cursor;
@@ -206,10 +216,14 @@ ResidencyLayout pack_by_residency(const Plan& plan, int64_t alignment) {
         },
     };
     int64_t arena = std::numeric_limits<int64_t>::max();
-    for (const auto& before : orders) {
+    best_offset = offset;
+    // Large plans get one pass (largest first, first fit): the work grows with the square.
+    const size_t passes = ids.size() > kOnePassItems ? 1 : orders.size();
+    for (size_t k = 0; k < passes; ++k) {
       std::vector<size_t> order = ids;
-      std::stable_sort(order.begin(), order.end(), before);
+      std::stable_sort(order.begin(), order.end(), orders[k]);
       for (bool best_fit : {false, true}) {
+        if (best_fit && passes == 1) break;
         const int64_t size = fit(order, best_fit);
         if (size < arena) {
           arena = size;

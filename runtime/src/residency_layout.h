@@ -26,8 +26,11 @@
 // Packing: tensors, and chain temporaries over their one step, are placed in an order, each at
 // an aligned offset where it overlaps in space no placed one it shares a step with. Three orders
 // (largest first; largest bytes x steps first; most steps first) with first fit and with best
-// fit; the smallest arena wins. O(n * m) each, m the items sharing a step with one; plans above
-// kMaxPackedTensors, and plans packing cannot shrink, keep the planner's layout.
+// fit; the smallest arena wins (above kOnePassItems items, the first order and first fit only).
+// Items on the device at every step are laid first, end to end. O(n * m) a pass, m the items
+// sharing a step with one: ResNet-152 at batch 128 (2,744 tensors) packs in 0.2 s on the
+// development machine. Plans above kMaxPackedTensors, and plans packing cannot shrink, keep the
+// planner's layout.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +41,8 @@
 
 namespace autovm::rt {
 
-inline constexpr size_t kMaxPackedTensors = 200000;
+inline constexpr size_t kMaxPackedTensors = 16384;
+inline constexpr size_t kOnePassItems = 4096;  // above: largest first, first fit only
 
 using StepRange = std::pair<StepIndex, StepIndex>;  // [first, last], both inclusive
 
