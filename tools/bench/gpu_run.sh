@@ -2,7 +2,7 @@
 # The GPU measurements of BENCHMARKS.md (issue 4), in one go on a GPU machine:
 #   tools/bench/gpu_run.sh BIN_DIR PLAN[@MODES]...
 # BIN_DIR holds test_gpu and autovm-replay (from a build with -Dcuda=enabled: build/tests/gpu,
-# build/tools/replay); each PLAN is replayed in every mode, or in MODES (autovm-replay --modes). Results go to $OUT (default
+# build/tools/replay; optionally staged_in from tools/bench/staged_in.cu); each PLAN is replayed in every mode, or in MODES (autovm-replay --modes). Results go to $OUT (default
 # ./gpu-results): the gpu suite's log, the mechanism microbenchmark (SKIP_BENCH=1 leaves it
 # out), one replay per plan.
 set -u
@@ -27,7 +27,12 @@ fi
   > "$out/device.txt" 2>&1
 echo "== gpu suite"; timeout 300 "$bin/test_gpu" 2>&1 | tee "$out/gpu_suite.txt" | tail -5
 echo "== mechanisms"
-[ -z "${SKIP_BENCH:-}" ] && timeout 240 "$bin/autovm-replay" --bench --repeat 3 --json "$out/bench.json" 2>&1 | tee "$out/bench.txt"
+[ -z "${SKIP_BENCH:-}" ] && timeout 240 "$bin/autovm-replay" --bench --repeat 3 \
+  --mechanisms prefetch,staged,staged-noadvice,mapped --json "$out/bench.json" 2>&1 | tee "$out/bench.txt"
+# Why staged's way back collapsed (tools/bench/staged_in.cu), when its binary is in BIN_DIR.
+if [ -x "$bin/staged_in" ] && [ -z "${SKIP_BENCH:-}" ]; then
+  echo "== staged way back"; timeout 120 "$bin/staged_in" 64 256 1024 2>&1 | tee "$out/staged_in.txt"
+fi
 for arg in "$@"; do
   plan=${arg%@*}
   modes=resident,demand,prefetch,staged,mapped
