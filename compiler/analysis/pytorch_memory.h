@@ -13,9 +13,10 @@
 //         | persistent: parameters, buffers, optimizer state, batch, library workspaces
 //         +------------------------------------------------------------------> time
 //
-// What a steady step starts from: parameters, buffers (with batch norm's num_batches_tracked),
-// optimizer state, the batch (input and labels) and library workspaces; no gradients
-// (zero_grad(set_to_none=True)). Every allocation counts as the caching allocator's block
+// What a steady step starts from: parameters, buffers (with batch norm's num_batches_tracked;
+// under autovm-plan --data-parallel also DDP's gradient buckets, buffers "ddp_bucket.K", one
+// allocation each), optimizer state, the batch (input and labels) and library workspaces; no
+// gradients (zero_grad(set_to_none=True)). Every allocation counts as the caching allocator's block
 // (pytorch_block_bytes). The graph must come from build_training_step (one softmax
 // cross-entropy loss step; optimizer steps named SGD, SGDMomentum or Adam).
 #pragma once

@@ -1,6 +1,7 @@
 #include "driver/pipeline.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include "analysis/timeline.h"
 #include "model/model.h"
 #include "model/shape_inference.h"
+#include "plan/ban_search.h"
 #include "plan/baselines.h"
 #include "plan/bound.h"
 #include "plan/cost_model.h"
@@ -32,7 +34,10 @@ class PassTimer {
   void done(const char* pass) {
     if (!on_) return;
     double t = now();
-    std::fprintf(stderr, "autovm-plan: %-22s %8.1f ms\n", pass, (t - last_) * 1e3);
+    rusage u {};
+    getrusage(RUSAGE_SELF, &u);
+    std::fprintf(stderr, "autovm-plan: %-22s %8.1f ms  (peak RSS %ld MB, %ld page faults)\n", pass,
+                 (t - last_) * 1e3, u.ru_maxrss >> 10, u.ru_minflt + u.ru_majflt);
     last_ = t;
   }
 
@@ -77,7 +82,7 @@ void plan_under_budget(Plan& plan) {
   if (!plan.options.step_times_file.empty())
     apply_measured_step_times(plan.options.step_times_file, g, plan.compute_us);
   if (plan.options.minimum_budget)
-    plan.options.budget_bytes = max_of(unavoidable_bytes(g, plan.lifetimes));
+    plan.options.budget_bytes = max_of(unavoidable_bytes(g, plan.lifetimes, plan.options.movable));
   int64_t budget = plan.options.budget_bytes;
   bool swaps = plan.timeline.peak_bytes > budget;
   SimResult sim;
@@ -88,13 +93,24 @@ void plan_under_budget(Plan& plan) {
     SwapOptions so;
     so.budget_bytes = budget;
     so.allow_recompute = plan.options.allow_recompute;
+    so.movable = plan.options.movable;
+    // delay_transfers (swap_planner.h) on the two fastest candidates, for graphs of up to
+    // kDelaySteps steps, with at most kDelayWork simulated steps and actions per candidate:
+    // ResNet-152 at --budget min takes about 0.1 s more (2026-11-30).
+    constexpr StepIndex kDelaySteps = 4000;
+    constexpr int kDelaySimulations = 400;
+    constexpr int64_t kDelayWork = 200000;  // simulated steps and actions per candidate
     std::vector<std::vector<Action>> candidates;
+    // The options and base of each candidate, for the ban search below.
+    std::vector<SwapStrategy> strategy_of;
     std::optional<Error> failure;
-    auto attempt = [&](std::vector<Action> base, bool recompute) {
+    std::vector<Action> checkpoint;
+    auto attempt = [&](const std::vector<Action>& base, bool recompute) {
       try {
         SwapOptions with = so;
         with.allow_recompute = recompute;
-        candidates.push_back(plan_swaps(g, plan.lifetimes, plan.compute_us, mech, with, std::move(base)));
+        candidates.push_back(plan_swaps(g, plan.lifetimes, plan.compute_us, mech, with, base));
+        strategy_of.push_back({with, base});
       } catch (const Error& e) {
         if (e.kind() != ErrorKind::infeasible) throw;
         if (!failure) failure = e;
@@ -103,11 +119,57 @@ void plan_under_budget(Plan& plan) {
     // Moving tensors alone always finds a plan for a feasible budget; recomputation pins inputs
     // where it runs, which can leave a step with nothing left to move.
     attempt({}, false);
+    bool with_checkpoint = false;
     if (plan.options.allow_recompute) {
       attempt({}, true);
-      attempt(baseline_checkpoint(g, plan.lifetimes).actions, true);
+      checkpoint = baseline_checkpoint(g, plan.lifetimes).actions;
+      with_checkpoint = std::all_of(checkpoint.begin(), checkpoint.end(), [&](const Action& a) {
+        return so.movable.has(g.tensor(a.tensor).kind);
+      });
+      if (with_checkpoint) attempt(checkpoint, true);
+    }
+    // Other selection strategies (swap_planner.h) for small step counts, where each plan takes
+    // well under a millisecond: the greedy selection is myopic, and which order and link weight
+    // do best differs by model and budget (on h200-pcie: the earliest step first for VGG-19 at
+    // batch 64 and 75 %, the latest first at 50 %, no link weight at batch 128, the latest first
+    // with no link weight at batch 256). On larger graphs (ResNet-50 and up, 500+ steps) they
+    // cost 20-100 ms each and won nothing in the swap table (2026-11-30).
+    constexpr StepIndex kStrategySteps = 400;
+    constexpr int kBanPlans = 200;
+    if (g.step_count() <= kStrategySteps) {
+      const std::pair<SelectOrder, double> strategies[] = {
+          {SelectOrder::most_over, 0.0}, {SelectOrder::earliest, 0.1},
+          {SelectOrder::earliest, 0.0},  {SelectOrder::latest, 0.1},
+          {SelectOrder::latest, 0.0}};
+      for (auto [order, weight] : strategies) {
+        so.order = order;
+        so.link_weight = weight;
+        attempt({}, plan.options.allow_recompute);
+        if (with_checkpoint) attempt(checkpoint, true);
+      }
     }
     if (candidates.empty()) throw *failure;
+    // The ban search (plan/ban_search.h) on the same small graphs: at most kBanPlans plans,
+    // 0.03-0.1 s more for VGG-19 on the shared 2-core machine (2026-11-30).
+    if (g.step_count() <= kStrategySteps)
+      ban_search(g, plan.lifetimes, plan.compute_us, mech, device, candidates, strategy_of, kBanPlans);
+    if (g.step_count() <= kDelaySteps && candidates.size() > 1) {
+      std::vector<std::pair<double, size_t>> times;
+      for (size_t i = 0; i < candidates.size(); ++i)
+        times.emplace_back(simulate(g, candidates[i], plan.compute_us, mech, device).step_time_us, i);
+      std::stable_sort(times.begin(), times.end(),
+                       [](const auto& x, const auto& y) { return x.first < y.first; });
+      std::vector<std::vector<Action>> top;
+      for (size_t k = 0; k < 2 && k < times.size(); ++k) top.push_back(std::move(candidates[times[k].second]));
+      candidates.swap(top);
+    }
+    if (g.step_count() <= kDelaySteps)
+      for (auto& c : candidates) {
+        // Each simulation costs about steps + actions: bound the pass's work.
+        int64_t size = g.step_count() + int64_t(c.size());
+        int sims = int(std::min<int64_t>(kDelaySimulations, kDelayWork / std::max<int64_t>(size, 1)));
+        delay_transfers(g, plan.compute_us, mech, device, c, sims);
+      }
     double best = 0;
     for (auto& c : candidates) {
       SimResult r = simulate(g, c, plan.compute_us, mech, device);
@@ -131,7 +193,7 @@ void plan_under_budget(Plan& plan) {
   SimResult resident = simulate(g, {}, plan.compute_us, mech, device);
   plan.no_swap_step_time_us = resident.step_time_us;
   StepTimeBound bound = lower_bound(g, plan.lifetimes, plan.timeline.total, plan.compute_us,
-                                    budget, mech);
+                                    budget, mech, plan.options.movable);
   plan.bound_us = bound.bound_us;
   plan.bound_critical_step = bound.critical_step;
   plan.bound_must_move_bytes = bound.must_move_bytes;
@@ -183,6 +245,7 @@ Plan make_plan(model::Model m, const PlanOptions& options, bool shapes_known) {
   training::TrainingOptions topts;
   topts.optimizer = options.optimizer;
   topts.conv_workspace_limit = options.conv_workspace_limit;
+  topts.data_parallel = options.data_parallel;
   plan.training = training::build_training_step(m, topts);
   timer.done("build_training_step");
   plan.lifetimes = compute_lifetimes(plan.training.graph);

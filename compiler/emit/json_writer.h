@@ -3,6 +3,10 @@
 // escaped per RFC 8259. The caller is responsible for structure (commas are inserted by
 // `key`/`value` within an object or array). With a sink, the text is handed over in pieces of
 // about a megabyte at line ends, so a large document never sits in memory whole.
+//
+// Rows of a long array may be formatted by other writers (on other threads) and appended in
+// order: each starts with begin_rows(first) instead of begin_array(), writes its rows as the
+// array's own writer would, and is appended with rows(); the text is the same byte for byte.
 #pragma once
 
 #include <fmt/format.h>
@@ -37,6 +41,30 @@ class JsonWriter {
     if (!sink_ || used_ == 0) return;
     sink_(std::string_view(buf_.data(), used_));
     used_ = 0;
+  }
+
+  // Starts a writer for rows in the middle of an array; `first`: no row comes before them.
+  void begin_rows(bool first) { first_.push_back(first); }
+  // Appends the rows `part` formatted (see begin_rows) to the array being written.
+  void rows(const JsonWriter& part) {
+    if (part.used_ == 0) return;
+    if (!first_.empty()) first_.back() = false;
+    if (sink_) {  // handed over whole: no copy
+      flush();
+      sink_(std::string_view(part.buf_.data(), part.used_));
+    } else {
+      put(std::string_view(part.buf_.data(), part.used_));
+    }
+  }
+  // Makes room for `bytes` of text, allocated now (on the calling thread).
+  void reserve(size_t bytes) {
+    if (buf_.size() < bytes) buf_.resize(bytes);
+  }
+  // Forgets the text and the structure written so far (to reuse the buffer).
+  void clear() {
+    used_ = 0;
+    first_.clear();
+    after_key_ = false;
   }
 
   JsonWriter& key(std::string_view k) {
@@ -76,9 +104,10 @@ class JsonWriter {
   // The text is written straight into buf_[0, used_): a plan of a million tensors is hundreds
   // of megabytes, so appending must cost little more than the copy.
   char* room(size_t n) {  // where the next n bytes go
-    if (buf_.size() - used_ < n) buf_.resize(std::max(2 * buf_.size(), used_ + n));
+    if (buf_.size() - used_ < n) grow(n);
     return buf_.data() + used_;
   }
+  [[gnu::noinline]] void grow(size_t n) { buf_.resize(std::max(2 * buf_.size(), used_ + n)); }
   void put(char c) {
     *room(1) = c;
     ++used_;
@@ -136,7 +165,7 @@ class JsonWriter {
   Sink sink_;
   std::vector<char> buf_;
   size_t used_ = 0;
-  std::vector<bool> first_;
+  std::vector<char> first_;  // per open object or array: nothing written in it yet
   bool after_key_ = false;
 };
 

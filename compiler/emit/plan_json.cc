@@ -1,5 +1,8 @@
 #include "emit/plan_json.h"
 
+#include <algorithm>
+#include <future>
+
 #include "emit/json_writer.h"
 
 namespace autovm {
@@ -20,6 +23,40 @@ void write_by_kind(JsonWriter& w, const BytesByKind& b) {
   w.begin_object();
   for (int k = 0; k < kTensorKindCount; ++k) w.key(name(static_cast<TensorKind>(k))).value(b[static_cast<size_t>(k)]);
   w.end_object();
+}
+
+// Writes rows [0, count) of the array just begun, `row(w, i)` writing row i. A long array is
+// formatted in blocks, two at a time: one on this thread, the next on a second one; both are
+// written in order, so the text is the same as one writer's. Both buffers are allocated here,
+// from the main heap: memory the second thread allocated would come from a fresh arena of its
+// own, with a page fault per 4 KiB.
+template <typename Row>
+void write_rows(JsonWriter& w, size_t count, const Row& row) {
+  constexpr size_t kBlock = size_t(1) << 13;           // rows
+  constexpr size_t kBlockBytes = kBlock * 512;          // a row is 80-300 bytes
+  if (count <= kBlock) {
+    for (size_t i = 0; i < count; ++i) row(w, i);
+    return;
+  }
+  JsonWriter mine, theirs;
+  mine.reserve(kBlockBytes);
+  theirs.reserve(kBlockBytes);
+  auto format = [&](JsonWriter& part, size_t begin) {
+    part.clear();
+    part.begin_rows(begin == 0);
+    for (size_t i = begin; i < std::min(count, begin + kBlock); ++i) row(part, i);
+  };
+  for (size_t begin = 0; begin < count; begin += 2 * kBlock) {
+    std::future<void> next;  // joined before `theirs` is read, or on the way out of an exception
+    if (begin + kBlock < count)
+      next = std::async(std::launch::async, [&, b = begin + kBlock] { format(theirs, b); });
+    format(mine, begin);
+    w.rows(mine);
+    if (next.valid()) {
+      next.get();
+      w.rows(theirs);
+    }
+  }
 }
 
 }  // namespace
@@ -84,11 +121,29 @@ void write_plan_json(const Plan& plan, const std::function<void(std::string_view
   w.key("device").value(plan.device);
   w.key("mechanism").value(plan.mechanism);
   w.key("recompute").value(o.allow_recompute);
+  if (!o.movable.all()) {  // --movable: the kinds the plan may take off the GPU
+    w.key("movable").begin_array();
+    for (int k = 0; k < kTensorKindCount; ++k)
+      if (o.movable.has(TensorKind(k))) w.value(name(TensorKind(k)));
+    w.end_array();
+  }
+  if (plan.training.data_parallel.enabled) {  // autovm-plan --data-parallel
+    const training::DataParallelOptions& dp = plan.training.data_parallel;
+    int64_t bucket_bytes = 0;
+    for (TensorId t : plan.training.gradient_buckets) bucket_bytes += g.tensor(t).bytes;
+    w.key("data_parallel").begin_object();
+    w.key("bucket_cap_bytes").value(dp.bucket_cap_bytes);
+    w.key("first_bucket_bytes").value(dp.first_bucket_bytes);
+    w.key("buckets").value(static_cast<int64_t>(plan.training.gradient_buckets.size()));
+    w.key("bucket_bytes").value(bucket_bytes);
+    w.end_object();
+  }
   w.end_object();
   w.newline();
 
   w.key("tensors").begin_array();
-  for (const Tensor& t : g.tensors) {
+  write_rows(w, g.tensors.size(), [&](JsonWriter& w, size_t i) {
+    const Tensor& t = g.tensors[i];
     w.newline();
     w.begin_object();
     w.key("id").value(t.id);
@@ -104,12 +159,13 @@ void write_plan_json(const Plan& plan, const std::function<void(std::string_view
       w.end_array();
     }
     w.end_object();
-  }
+  });
   w.end_array();
   w.newline();
 
   w.key("steps").begin_array();
-  for (const Step& s : g.steps) {
+  write_rows(w, g.steps.size(), [&](JsonWriter& w, size_t i) {
+    const Step& s = g.steps[i];
     w.newline();
     w.begin_object();
     w.key("id").value(s.id);
@@ -132,12 +188,12 @@ void write_plan_json(const Plan& plan, const std::function<void(std::string_view
       w.key("stall_us").value(at(plan.stall_us, s.id));
     }
     w.end_object();
-  }
+  });
   w.end_array();
   w.newline();
 
   w.key("lifetimes").begin_array();
-  for (size_t i = 0; i < plan.lifetimes.size(); ++i) {
+  write_rows(w, plan.lifetimes.size(), [&](JsonWriter& w, size_t i) {
     const Lifetime& l = plan.lifetimes[i];
     w.newline();
     w.begin_object();
@@ -147,12 +203,13 @@ void write_plan_json(const Plan& plan, const std::function<void(std::string_view
     w.key("persistent").value(l.persistent);
     w.key("uses").array(l.uses);
     w.end_object();
-  }
+  });
   w.end_array();
   w.newline();
 
   w.key("actions").begin_array();
-  for (const Action& a : plan.actions) {
+  write_rows(w, plan.actions.size(), [&](JsonWriter& w, size_t i) {
+    const Action& a = plan.actions[i];
     w.newline();
     w.begin_object();
     w.key("kind").value(name(a.kind));
@@ -166,7 +223,7 @@ void write_plan_json(const Plan& plan, const std::function<void(std::string_view
     w.key("issue_us").value(a.issue_us);
     w.key("ready_us").value(a.ready_us);
     w.end_object();
-  }
+  });
   w.end_array();
   w.newline();
 

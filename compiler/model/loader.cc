@@ -518,10 +518,62 @@ class Converter {
     node.outputs.assign(outputs_.begin() + output_begin_[file_index], outputs_.begin() + output_begin_[file_index + 1]);
     for (int v : node.outputs)
       if (v >= 0) m_.values[v].producer = self;
+    node.attrs = convert_attributes(p, node.name);
+  }
+
+  // Plain attributes: ints, floats and strings (and lists of them), their type declared.
+  static bool plain(const onnx::NodeProto& p) {
+    using A = onnx::AttributeProto;
     for (const auto& a : p.attribute()) {
-      node.attrs.insert_or_assign(a.name(), convert_attribute(a, node.name));
+      int t = a.type();
+      if (t != A::INT && t != A::FLOAT && t != A::STRING && t != A::INTS && t != A::FLOATS) return false;
     }
-    if (node.op == "Constant") add_constant_tensor(node);
+    return true;
+  }
+
+  // Whether two nodes' plain attributes convert to the same map: the same names, types and
+  // values in the same order (floats compared bit for bit).
+  static bool same_plain_attributes(const onnx::NodeProto& x, const onnx::NodeProto& y) {
+    using A = onnx::AttributeProto;
+    if (x.attribute_size() != y.attribute_size()) return false;
+    auto bits = [](float f) { uint32_t b; std::memcpy(&b, &f, 4); return b; };
+    for (int k = 0; k < x.attribute_size(); ++k) {
+      const A& a = x.attribute(k);
+      const A& b = y.attribute(k);
+      if (a.type() != b.type() || a.name() != b.name()) return false;
+      switch (a.type()) {
+        case A::INT: if (a.i() != b.i()) return false; break;
+        case A::FLOAT: if (bits(a.f()) != bits(b.f())) return false; break;
+        case A::STRING: if (a.s() != b.s()) return false; break;
+        case A::INTS:
+          if (!std::equal(a.ints().begin(), a.ints().end(), b.ints().begin(), b.ints().end())) return false;
+          break;
+        case A::FLOATS:
+          if (!std::equal(a.floats().begin(), a.floats().end(), b.floats().begin(), b.floats().end(),
+                          [&](float u, float v) { return bits(u) == bits(v); }))
+            return false;
+          break;
+        default: return false;
+      }
+    }
+    return true;
+  }
+
+  // A node's attributes; the last node of the same op type with the same plain attributes
+  // shares its copy (100,000 identical convolutions keep one).
+  Attributes convert_attributes(const onnx::NodeProto& p, const std::string& node_name) {
+    const bool shareable = plain(p);
+    LastAttributes* last = nullptr;
+    if (shareable) {
+      last = &last_attributes_[p.op_type()];
+      if (last->node && same_plain_attributes(*last->node, p)) return last->attrs;
+    }
+    Attributes::Map map;
+    for (const auto& a : p.attribute()) map.insert_or_assign(a.name(), convert_attribute(a, node_name));
+    if (p.op_type() == "Constant") add_constant_tensor(map);
+    Attributes attrs(std::move(map));
+    if (shareable) *last = {&p, attrs};
+    return attrs;
   }
 
   Attribute convert_attribute(const onnx::AttributeProto& a, const std::string& node_name) {
@@ -554,8 +606,8 @@ class Converter {
   }
 
   // Constant's value_int(s) / value_float(s) forms become tensors too, so readers see one form.
-  static void add_constant_tensor(Node& node) {
-    for (auto& [key, a] : node.attrs) {
+  static void add_constant_tensor(Attributes::Map& attrs) {
+    for (auto& [key, a] : attrs) {
       ConstValue v;
       if (key == "value_int" && a.kind == Attribute::Kind::i) {
         v = {DType::i64, {}, {a.i}, {}};
@@ -584,6 +636,11 @@ class Converter {
   std::vector<size_t> input_begin_;
   std::vector<int> outputs_;          // see add_node_outputs()
   std::vector<size_t> output_begin_;
+  struct LastAttributes {
+    const onnx::NodeProto* node = nullptr;
+    Attributes attrs;
+  };
+  std::unordered_map<std::string, LastAttributes> last_attributes_;  // by op type
 };
 
 void check_parsable_size(uint64_t size, const std::string& name) {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -46,6 +47,26 @@ struct Attribute {
   DType tensor_dtype = DType::undefined;
 };
 
+// A node's attributes by name. Nodes with the same attributes (a chain of identical
+// convolutions) share one copy, which is therefore never changed in place: to set a node's
+// attributes, build a Map and assign it.
+class Attributes {
+ public:
+  using Map = std::map<std::string, Attribute>;
+  Attributes() = default;
+  Attributes(Map map)  // implicit: node.attrs = map
+      : map_(map.empty() ? nullptr : std::make_shared<const Map>(std::move(map))) {}
+  const Attribute* find(const std::string& key) const {
+    if (!map_) return nullptr;
+    auto it = map_->find(key);
+    return it == map_->end() ? nullptr : &it->second;
+  }
+  size_t size() const { return map_ ? map_->size() : 0; }
+
+ private:
+  std::shared_ptr<const Map> map_;  // null when there are none
+};
+
 enum class ValueSource { graph_input, initializer, node_output };
 
 struct Value {
@@ -68,13 +89,10 @@ struct Node {
   std::string name;     // node name from the file; "<op>_<index>" if the file has none
   std::vector<int> inputs;   // value indices; -1 for an omitted optional input
   std::vector<int> outputs;  // value indices; -1 for an omitted optional output
-  std::map<std::string, Attribute> attrs;
+  Attributes attrs;
   bool folded = false;  // evaluated statically by shape inference; does not run in training
 
-  const Attribute* attr(const std::string& key) const {
-    auto it = attrs.find(key);
-    return it == attrs.end() ? nullptr : &it->second;
-  }
+  const Attribute* attr(const std::string& key) const { return attrs.find(key); }
   int64_t attr_i(const std::string& key, int64_t fallback) const;
   double attr_f(const std::string& key, double fallback) const;
   std::vector<int64_t> attr_ints(const std::string& key) const;  // empty when absent

@@ -19,11 +19,12 @@ bool cheap_to_recompute(const Step& s) {
   return true;
 }
 
-std::vector<Gap> find_gaps(const TrainingGraph& g, const std::vector<Lifetime>& life) {
+std::vector<Gap> find_gaps(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                           MovableKinds movable) {
   std::vector<Gap> gaps;
   for (const Tensor& t : g.tensors) {
     const Lifetime& l = life[static_cast<size_t>(t.id)];
-    if (t.bytes == 0 || l.uses.empty()) continue;
+    if (t.bytes == 0 || l.uses.empty() || !movable.has(t.kind)) continue;
     for (size_t k = 1; k < l.uses.size(); ++k)
       if (l.uses[k] > l.uses[k - 1] + 1) gaps.push_back({t.id, l.uses[k - 1], l.uses[k], false});
     if (l.persistent) {
@@ -35,7 +36,8 @@ std::vector<Gap> find_gaps(const TrainingGraph& g, const std::vector<Lifetime>& 
   return gaps;
 }
 
-std::vector<int64_t> unavoidable_bytes(const TrainingGraph& g, const std::vector<Lifetime>& life) {
+std::vector<int64_t> unavoidable_bytes(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                                       MovableKinds movable) {
   size_t n = static_cast<size_t>(g.step_count());
   std::vector<int64_t> delta(n + 1, 0);
   auto add = [&](StepIndex from, StepIndex to, int64_t bytes) {  // [from, to] inclusive
@@ -46,6 +48,11 @@ std::vector<int64_t> unavoidable_bytes(const TrainingGraph& g, const std::vector
   for (const Tensor& t : g.tensors) {
     const Lifetime& l = life[static_cast<size_t>(t.id)];
     if (t.bytes == 0) continue;
+    if (!movable.has(t.kind)) {  // resident over its whole lifetime
+      if (l.persistent) add(0, static_cast<StepIndex>(n) - 1, t.bytes);
+      else add(l.first, l.last, t.bytes);
+      continue;
+    }
     if (l.uses.empty()) {
       add(l.first, l.last, t.bytes);
       continue;
@@ -62,8 +69,8 @@ std::vector<int64_t> unavoidable_bytes(const TrainingGraph& g, const std::vector
 }
 
 void check_budget_feasible(const TrainingGraph& g, const std::vector<Lifetime>& life,
-                           int64_t budget) {
-  std::vector<int64_t> need = unavoidable_bytes(g, life);
+                           int64_t budget, MovableKinds movable) {
+  std::vector<int64_t> need = unavoidable_bytes(g, life, movable);
   auto worst = std::max_element(need.begin(), need.end());
   if (worst == need.end() || *worst <= budget) return;
   auto s = static_cast<StepIndex>(worst - need.begin());
@@ -73,9 +80,22 @@ void check_budget_feasible(const TrainingGraph& g, const std::vector<Lifetime>& 
   if (step.workspace != kNoTensor) used.push_back(step.workspace);
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
-  std::sort(used.begin(), used.end(), [&](TensorId a, TensorId b) {
+  auto by_size = [&](TensorId a, TensorId b) {
     return g.tensor(a).bytes != g.tensor(b).bytes ? g.tensor(a).bytes > g.tensor(b).bytes : a < b;
-  });
+  };
+  std::sort(used.begin(), used.end(), by_size);
+  if (!movable.all()) {  // then the live tensors of kinds that may not move
+    std::vector<TensorId> fixed;
+    for (const Tensor& t : g.tensors) {
+      const Lifetime& l = life[static_cast<size_t>(t.id)];
+      bool live = l.persistent || (l.first <= s && s <= l.last);
+      if (t.bytes > 0 && live && !movable.has(t.kind) &&
+          !std::binary_search(l.uses.begin(), l.uses.end(), s))
+        fixed.push_back(t.id);
+    }
+    std::sort(fixed.begin(), fixed.end(), by_size);
+    used.insert(used.end(), fixed.begin(), fixed.end());
+  }
   std::string list;
   for (size_t i = 0; i < used.size() && i < 6; ++i)
     list += fmt::format("{}{} ({})", i ? ", " : "", g.tensor(used[i]).name,
@@ -84,10 +104,11 @@ void check_budget_feasible(const TrainingGraph& g, const std::vector<Lifetime>& 
   throw Error(ErrorKind::infeasible,
               fmt::format("the budget {} is too small: step {} ({} {}{}) needs {} resident at "
                           "once: {}. The smallest budget that works is {} (--budget min finds "
-                          "it); or lower --batch",
+                          "it); or lower --batch{}",
                           format_bytes(budget), s, name(step.phase), step.op,
                           step.node.empty() ? "" : " " + step.node, format_bytes(*worst), list,
-                          format_bytes(*worst)));
+                          format_bytes(*worst),
+                          movable.all() ? "" : ", or let more kinds move (--movable)"));
 }
 
 }  // namespace autovm

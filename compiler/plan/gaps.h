@@ -12,11 +12,17 @@
 // unavoidable_bytes(s) is what every plan keeps resident at step s: the tensors s uses (its
 // working set, workspace included) and the live tensors no gap covers at s (an input or label
 // before its first use). Its maximum is the smallest budget any plan can meet.
+//
+// Movable kinds (autovm-plan --movable): a trainer may be able to take only some kinds of
+// tensor off the GPU (the PyTorch adapter moves saved activations only). A tensor of another
+// kind has no gap: it is resident over its whole lifetime (a persistent one over every step),
+// and counts as unavoidable there.
 #pragma once
 
 #include <vector>
 
 #include "analysis/lifetimes.h"
+#include "plan/movable_kinds.h"
 
 namespace autovm {
 
@@ -33,14 +39,17 @@ struct Gap {
 // place.
 bool cheap_to_recompute(const Step& step);
 
-std::vector<Gap> find_gaps(const TrainingGraph& graph, const std::vector<Lifetime>& life);
+std::vector<Gap> find_gaps(const TrainingGraph& graph, const std::vector<Lifetime>& life,
+                           MovableKinds movable = {});
 
 std::vector<int64_t> unavoidable_bytes(const TrainingGraph& graph,
-                                       const std::vector<Lifetime>& life);
+                                       const std::vector<Lifetime>& life,
+                                       MovableKinds movable = {});
 
 // Throws Error(infeasible) when some step's unavoidable bytes exceed the budget: names the step,
-// the tensors it needs (largest first) and the smallest budget that works.
+// the tensors it needs (largest first: its working set, then the live tensors of kinds that
+// may not move) and the smallest budget that works.
 void check_budget_feasible(const TrainingGraph& graph, const std::vector<Lifetime>& life,
-                           int64_t budget_bytes);
+                           int64_t budget_bytes, MovableKinds movable = {});
 
 }  // namespace autovm

@@ -9,6 +9,7 @@
 #include "analysis/arena.h"
 #include "analysis/pytorch_memory.h"
 #include "analysis/timeline.h"
+#include "plan/movable_kinds.h"
 #include "training/training_step.h"
 
 namespace autovm {
@@ -32,11 +33,13 @@ struct PlanOptions {
   std::string mechanism;             // "" : the profile's default
   std::string step_times_file;       // measured step times overriding the cost model
   bool allow_recompute = true;
+  MovableKinds movable;              // --movable: kinds the plan may take off the GPU (default all)
   bool minimum_budget = false;       // --budget min: plan for the smallest feasible budget
   int64_t budget_bytes = 0;
   int64_t batch = 0;  // 0: the model's own batch dimension when fixed, else 1
   training::Optimizer optimizer = training::Optimizer::sgd;
   int64_t conv_workspace_limit = int64_t(256) << 20;
+  training::DataParallelOptions data_parallel;  // --data-parallel, --bucket-mb
   int64_t alignment = 256;
 };
 

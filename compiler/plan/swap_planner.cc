@@ -8,6 +8,7 @@
 
 #include "plan/baselines.h"
 #include "plan/gaps.h"
+#include "plan/simulator.h"
 #include "util/error.h"
 #include "util/size.h"
 
@@ -41,11 +42,6 @@ struct Chain {
 };
 
 constexpr size_t kMaxChainSteps = 12;
-// A transfer's cost counts this share of its link time even when it hides behind compute: the
-// link is shared and its hiding estimate is optimistic (copy streams run in issue order), so a
-// hidden transfer is not free next to a recompute. 0.1 and 0.2 gave the same swap table on the
-// h200-pcie and rtx3070-8gb profiles (2026-11-29); 0 moved 50 % more and stalled 5x as long.
-constexpr double kLinkWeight = 0.1;
 
 // Link time left in each step's compute window, for transfers to hide behind (one per
 // direction; one shared when the mechanism is not duplex). Range sums by a Fenwick tree; a
@@ -98,7 +94,8 @@ class Selector {
            const std::vector<Action>& base)
       : g_(g), life_(life), compute_(compute_us), mech_(mech), opts_(o),
         n_(g.step_count()), to_host_(compute_us),
-        to_device_(compute_us), unavoidable_(unavoidable_bytes(g, life)), floor_(unavoidable_) {
+        to_device_(compute_us), unavoidable_(unavoidable_bytes(g, life, o.movable)),
+        floor_(unavoidable_) {
     std::vector<int64_t> resident = resident_bytes(g, life, base);
     excess_.resize(resident.size());
     for (size_t s = 0; s < resident.size(); ++s) excess_[s] = resident[s] - o.budget_bytes;
@@ -114,8 +111,15 @@ class Selector {
           pinned_[size_t(in)].push_back(a.ready_before_step);
         }
     }
-    for (const Gap& gp : find_gaps(g, life))
-      if (!in_base_[size_t(gp.tensor)]) gaps_.push_back(gp);
+    for (const Gap& gp : find_gaps(g, life, o.movable)) {
+      if (in_base_[size_t(gp.tensor)]) continue;
+      gaps_.push_back(gp);
+      bool last = false, move_only = false;
+      for (const SwapOptions::Ban& b : o.last_resort)
+        if (b.matches(gp)) (b.move_only ? move_only : last) = true;
+      last_resort_.push_back(last);
+      move_only_.push_back(move_only);
+    }
     taken_.assign(gaps_.size(), false);
   }
 
@@ -126,6 +130,10 @@ class Selector {
       auto worst = std::max_element(excess_.begin(), excess_.end());
       if (worst == excess_.end() || *worst <= 0) break;
       auto s = static_cast<StepIndex>(worst - excess_.begin());
+      if (opts_.order == SelectOrder::earliest)
+        for (s = 0; excess_[size_t(s)] <= 0;) ++s;
+      else if (opts_.order == SelectOrder::latest)
+        for (s = n_ - 1; excess_[size_t(s)] <= 0;) --s;
       refresh_over();
       Option best = pick(s);
       if (best.gap < 0) {
@@ -191,7 +199,7 @@ class Selector {
       c.pins.push_back(y);
       return true;
     }
-    if (l.first > c.at) return false;
+    if (l.first > c.at || !opts_.movable.has(g_.tensor(y).kind)) return false;
     auto made = temporaries_at_.find(c.at);
     if (made != temporaries_at_.end() && made->second.count(y)) return true;  // an earlier chain's
     if (std::find(c.temporaries.begin(), c.temporaries.end(), y) != c.temporaries.end()) return true;
@@ -239,9 +247,13 @@ class Selector {
     return true;
   }
 
-  // Whether y already counts in floor_[at]: used there, or pinned there by an earlier chain.
+  // Whether y already counts in floor_[at]: used there, of a kind that may not move and live
+  // there, or pinned there by an earlier chain.
   bool pinned_at(TensorId y, StepIndex at) const {
-    const auto& uses = life_[size_t(y)].uses;
+    const Lifetime& l = life_[size_t(y)];
+    if (!opts_.movable.has(g_.tensor(y).kind) && (l.persistent || (l.first <= at && at <= l.last)))
+      return true;
+    const auto& uses = l.uses;
     if (std::binary_search(uses.begin(), uses.end(), at)) return true;
     const auto& p = pinned_[size_t(y)];
     return std::find(p.begin(), p.end(), at) != p.end();
@@ -299,9 +311,9 @@ class Selector {
     bool movable = avoid_pins(gp, s, o.lo, o.hi);
     int64_t bytes = o.bytes;
     double link = mech_.to_host.time_us(bytes) + mech_.to_device.time_us(bytes);
-    o.cost_us = movable ? stall(gp, o.lo, o.hi) + kLinkWeight * link
+    o.cost_us = movable ? stall(gp, o.lo, o.hi) + opts_.link_weight * link
                         : std::numeric_limits<double>::infinity();
-    if (opts_.allow_recompute && !gp.wrap && o.cost_us > 0) {
+    if (opts_.allow_recompute && !gp.wrap && o.cost_us > 0 && !move_only_[i]) {
       StepIndex at = recompute_at(gp, s);
       Chain c;
       if (at > gp.after + 1 && chain(gp, at, c) && c.cost_us < o.cost_us) {
@@ -314,13 +326,19 @@ class Selector {
     return o;
   }
 
+  // The best option among the gaps that are not a last resort; among those when none is left.
+  Option pick(StepIndex s) const {
+    Option best = pick(s, false);
+    return best.gap >= 0 ? best : pick(s, true);
+  }
+
   // Free (hidden) options first: the smallest that clears s's excess, else the largest. Then
   // the least cost per byte of s's excess cleared, the larger on a tie.
-  Option pick(StepIndex s) const {
+  Option pick(StepIndex s, bool last_resort) const {
     Option best;
     int64_t need = excess_[size_t(s)];
     for (size_t i = 0; i < gaps_.size(); ++i) {
-      if (taken_[i] || !gaps_[i].covers(s)) continue;
+      if (taken_[i] || last_resort_[i] != last_resort || !gaps_[i].covers(s)) continue;
       Option o = option(i, s);
       if (o.gap < 0) continue;
       bool better;
@@ -403,6 +421,8 @@ class Selector {
   std::vector<int64_t> excess_;
   std::vector<Gap> gaps_;
   std::vector<bool> taken_;
+  std::vector<bool> last_resort_;  // SwapOptions::last_resort
+  std::vector<bool> move_only_;
   std::vector<bool> in_base_;
   std::vector<std::vector<Choice>> off_;       // chosen windows by tensor
   std::vector<std::vector<StepIndex>> pinned_;  // steps where a recompute needs the tensor
@@ -537,22 +557,9 @@ void widen(const TrainingGraph& g, const std::vector<Lifetime>& life, int64_t bu
   actions.swap(kept);
 }
 
-}  // namespace
-
-std::vector<Action> plan_swaps(const TrainingGraph& g, const std::vector<Lifetime>& life,
-                               const std::vector<double>& compute_us, const Mechanism& mech,
-                               const SwapOptions& o, std::vector<Action> base) {
-  check_budget_feasible(g, life, o.budget_bytes);
-  Selector selector(g, life, compute_us, mech, o, base);
-  std::vector<Choice> chosen;
-  if (!selector.run(chosen))
-    throw Error(ErrorKind::infeasible,
-                fmt::format("no plan found for the budget {}: step {} stays over it with every "
-                            "tensor that could leave already off; raise --budget",
-                            format_bytes(o.budget_bytes), selector.stuck_step()));
-  std::vector<Action> actions = to_actions(g, life, chosen, mech);
-  actions.insert(actions.begin(), base.begin(), base.end());
-  widen(g, life, o.budget_bytes, compute_us, actions);
+// Pass 3: actions sorted by issue step, then deadline, then (recomputes) source step, so that
+// a chain runs in dependency order, then tensor.
+void sort_actions(std::vector<Action>& actions) {
   std::sort(actions.begin(), actions.end(), [](const Action& a, const Action& b) {
     if (a.after_step != b.after_step) return a.after_step < b.after_step;
     if (a.ready_before_step != b.ready_before_step) return a.ready_before_step < b.ready_before_step;
@@ -563,6 +570,84 @@ std::vector<Action> plan_swaps(const TrainingGraph& g, const std::vector<Lifetim
     if (a.tensor != b.tensor) return a.tensor < b.tensor;
     return a.kind < b.kind;
   });
+}
+
+}  // namespace
+
+double delay_transfers(const TrainingGraph& g, const std::vector<double>& compute_us,
+                       const Mechanism& mech, const DeviceProfile& device,
+                       std::vector<Action>& actions, int max_simulations) {
+  sort_actions(actions);
+  SimResult sim = simulate(g, actions, compute_us, mech, device);
+  int left = max_simulations - 1;
+  const StepIndex n = g.step_count();
+  auto is_transfer = [](const Action& a) {
+    return a.kind == ActionKind::evict || a.kind == ActionKind::prefetch;
+  };
+  // Whether two transfers share a copy queue (one per direction; one in all when not duplex).
+  auto same_queue = [&](const Action& a, const Action& b) { return !mech.duplex || a.kind == b.kind; };
+  std::set<std::pair<size_t, StepIndex>> tried;  // (action index, after_step) per round
+  while (left > 0) {
+    // The transfer each stalled step waited for last, worst stall first.
+    std::vector<std::pair<double, size_t>> late;
+    std::vector<size_t> last(size_t(n) + 1, actions.size());
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const Action& a = actions[i];
+      if (!is_transfer(a)) continue;
+      size_t& l = last[size_t(a.ready_before_step)];
+      if (l == actions.size() || sim.ready_us[i] > sim.ready_us[l]) l = i;
+    }
+    for (StepIndex st = 0; st < n; ++st)
+      if (sim.stall_before_us[size_t(st)] > 0 && last[size_t(st)] < actions.size())
+        late.emplace_back(sim.stall_before_us[size_t(st)], last[size_t(st)]);
+    std::sort(late.begin(), late.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+    // Moves: a transfer on the same queue, issued no later and still busy when the late one
+    // was issued, with a later deadline, issued instead when the late one is (or just before
+    // its own deadline), so that the late one goes first.
+    bool improved = false;
+    for (const auto& [stall, l] : late) {
+      const Action& lt = actions[l];
+      for (size_t j = 0; j < actions.size() && left > 0 && !improved; ++j) {
+        const Action& a = actions[j];
+        if (j == l || !is_transfer(a) || !same_queue(a, lt) || a.after_step > lt.after_step ||
+            sim.ready_us[j] <= sim.issue_us[l] || a.ready_before_step <= lt.ready_before_step)
+          continue;
+        StepIndex to = std::min(lt.after_step, a.ready_before_step - 1);
+        if (to <= a.after_step || !tried.insert({j, to}).second) continue;
+        std::vector<Action> trial = actions;
+        trial[j].after_step = to;
+        sort_actions(trial);
+        SimResult r = simulate(g, trial, compute_us, mech, device);
+        --left;
+        if (r.step_time_us < sim.step_time_us) {
+          actions.swap(trial);
+          sim = std::move(r);
+          improved = true;
+        }
+      }
+      if (improved || left <= 0) break;
+    }
+    if (!improved) break;
+    tried.clear();
+  }
+  return sim.step_time_us;
+}
+
+std::vector<Action> plan_swaps(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                               const std::vector<double>& compute_us, const Mechanism& mech,
+                               const SwapOptions& o, std::vector<Action> base) {
+  check_budget_feasible(g, life, o.budget_bytes, o.movable);
+  Selector selector(g, life, compute_us, mech, o, base);
+  std::vector<Choice> chosen;
+  if (!selector.run(chosen))
+    throw Error(ErrorKind::infeasible,
+                fmt::format("no plan found for the budget {}: step {} stays over it with every "
+                            "tensor that could leave already off; raise --budget",
+                            format_bytes(o.budget_bytes), selector.stuck_step()));
+  std::vector<Action> actions = to_actions(g, life, chosen, mech);
+  actions.insert(actions.begin(), base.begin(), base.end());
+  widen(g, life, o.budget_bytes, compute_us, actions);
+  sort_actions(actions);
   return actions;
 }
 

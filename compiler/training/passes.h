@@ -31,6 +31,9 @@ std::vector<TensorId> append_backward(const model::Model& m, const ForwardPass& 
                                       TrainingStep& ts);
 void append_optimizer(const std::vector<TensorId>& gradient_of, const TrainingOptions& o,
                       TrainingStep& ts);
+// DDP's gradient buckets (DataParallelOptions in training_step.h), after the optimizer.
+void append_gradient_buckets(const std::vector<TensorId>& gradient_of, const DataParallelOptions& o,
+                             TrainingStep& ts);
 void detect_inference_export(const model::Model& m, TrainingStep& ts);
 
 // Adds a step, filling id and bytes_touched from its tensors.

@@ -71,7 +71,8 @@ void reserve_graph(const model::Model& m, const TrainingOptions& o, TrainingGrap
   }
   for (const auto& v : m.values) initializers += v.source == model::ValueSource::initializer;
   size_t state = o.optimizer == Optimizer::adam ? 2 : o.optimizer == Optimizer::momentum ? 1 : 0;
-  g.tensors.reserve(m.values.size() + 3 * nodes + 4 + inputs + nodes + state * initializers);
+  size_t buckets = o.data_parallel.enabled ? initializers : 0;
+  g.tensors.reserve(m.values.size() + 3 * nodes + 4 + inputs + nodes + state * initializers + buckets);
   g.steps.reserve(nodes + 2 + nodes + inputs + initializers);
 }
 
@@ -82,6 +83,7 @@ TrainingStep build_training_step(const model::Model& m, const TrainingOptions& o
   append_loss(m, ts);
   std::vector<TensorId> gradient_of = append_backward(m, fp, ts);
   append_optimizer(gradient_of, o, ts);
+  if (o.data_parallel.enabled) append_gradient_buckets(gradient_of, o.data_parallel, ts);
   detect_inference_export(m, ts);
   return ts;
 }

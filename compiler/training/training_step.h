@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ir/graph.h"
 #include "model/model.h"
@@ -25,9 +26,25 @@ enum class Optimizer { sgd, momentum, adam };
 std::string_view name(Optimizer);
 std::optional<Optimizer> parse_optimizer(std::string_view);
 
+// Data-parallel training (torch.nn.parallel.DistributedDataParallel, autovm-plan
+// --data-parallel): DDP's Reducer keeps, for the whole of training, one flat bucket tensor per
+// group of parameter gradients (gradient_as_bucket_view=False, the default: gradients are copied
+// into their bucket, all-reduced there and copied back into .grad). Buckets are filled in the
+// order gradients are ready in backward; a bucket closes once it holds at least its cap: the
+// first `first_bucket_bytes` (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES), every later one
+// `bucket_cap_bytes` (DDP's bucket_cap_mb, MiB). append_gradient_buckets adds each bucket as a
+// persistent tensor of kind buffer named "ddp_bucket.K", so that every budget, the swap plan
+// and the PyTorch memory model count them.
+struct DataParallelOptions {
+  bool enabled = false;
+  int64_t bucket_cap_bytes = int64_t(25) << 20;
+  int64_t first_bucket_bytes = int64_t(1) << 20;
+};
+
 struct TrainingOptions {
   Optimizer optimizer = Optimizer::sgd;
   int64_t conv_workspace_limit = int64_t(256) << 20;  // see training/cost.h
+  DataParallelOptions data_parallel;
 };
 
 struct TrainingStep {
@@ -36,6 +53,8 @@ struct TrainingStep {
   Shape logits_shape;           // [batch, classes]
   TensorId label = kNoTensor;
   TensorId loss = kNoTensor;
+  DataParallelOptions data_parallel;     // what build_training_step applied
+  std::vector<TensorId> gradient_buckets;  // DDP's buckets, in the order they are filled
   // True when the model looks like an inference export (batch norm folded into convolutions,
   // no dropout); `inference_hint` then says why and how to export for training.
   bool looks_like_inference_export = false;

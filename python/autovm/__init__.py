@@ -6,6 +6,10 @@
         ...train as usual...
     print(run.stats)
 
+The budget is what PyTorch may hold: plan() plans under it less PyTorch's modelled extra memory
+over AutoVM's graph, moving activations only. Data-parallel: autovm.plan(ddp_model, ...,
+data_parallel=True) and autovm.attach(ddp_model, ...), one plan per rank (README.md).
+
 Put <repo>/python on sys.path; nothing to install. autovm-plan is found through $AUTOVM_PLAN or
 <repo>/build/compiler/driver/autovm-plan, libautovm through $AUTOVM_LIB or
 <repo>/build/runtime/libautovm.so.

@@ -28,6 +28,15 @@ from .errors import (AutoVMError, BatchMismatchError, HookOrderError, ModelMisma
 from .planner import optimizer_kind
 
 MOVABLE_KINDS = ("activation", "input")  # what saved-tensor hooks can move
+BUCKET_PREFIX = "ddp_bucket."  # DDP's gradient buckets in a --data-parallel plan (buffers)
+
+
+def _ddp_class():
+    try:
+        from torch.nn.parallel import DistributedDataParallel
+        return DistributedDataParallel
+    except ImportError:
+        return None
 
 
 def _unqualified(qualified):
@@ -163,6 +172,12 @@ class Attachment:
         if unrealized not in ("warn", "error", "ignore"):
             raise ValueError("unrealized: 'warn', 'error' or 'ignore'")
         self.torch = torch
+        ddp = _ddp_class()
+        # DistributedDataParallel: the hooks go on the module it wraps (whose parameter names
+        # the plan has); DDP's own forward only adds its bucket rebuild and buffer broadcast.
+        self.wrapper = model if ddp is not None and isinstance(model, ddp) else None
+        if self.wrapper is not None:
+            model = model.module
         self.model, self.optimizer, self.plan = model, optimizer, plan
         self.memory_limit = memory_limit
         self.stats = Stats()
@@ -172,6 +187,7 @@ class Attachment:
         self._step = None   # the step whose forward is running
         self._steps = 0
         self._streams = {}
+        self._check_data_parallel()
         warning = self._check_plan(unrealized)
         self._map_model()
         self._check_optimizer()
@@ -204,6 +220,24 @@ class Attachment:
             return msg
         return None
 
+    def _check_data_parallel(self):
+        dp = self.plan.data_parallel
+        if self.wrapper is not None and dp is None:
+            raise PlanFitError(
+                f"the model is wrapped in DistributedDataParallel, whose gradient buckets (as "
+                f"large as all parameter gradients) the plan {self.plan.path} does not count: "
+                "plan with autovm.plan(..., data_parallel=True) (autovm-plan --data-parallel)")
+        if self.wrapper is not None:
+            cap = getattr(self.wrapper, "bucket_bytes_cap", None)
+            if cap is not None and cap != dp.get("bucket_cap_bytes"):
+                warnings.warn(f"DistributedDataParallel's bucket cap is {cap} B, the plan's "
+                              f"{dp.get('bucket_cap_bytes')} B: bucket sizes differ from the "
+                              "plan's (their total does not)", RuntimeWarning, stacklevel=4)
+        elif dp is not None:
+            warnings.warn(f"{self.plan.path} was made for DistributedDataParallel (its gradient "
+                          "buckets are counted), the model is not wrapped in it: the plan "
+                          "counts memory that is not used", RuntimeWarning, stacklevel=4)
+
     def _check_optimizer(self):
         if self.optimizer is None:
             return
@@ -232,6 +266,8 @@ class Attachment:
         for t in p.tensors:
             if t["kind"] not in ("parameter", "buffer"):
                 continue
+            if t["kind"] == "buffer" and t["name"].startswith(BUCKET_PREFIX) and p.data_parallel:
+                continue  # DDP's Reducer holds it, not the model
             q = params.get(t["name"]) if t["kind"] == "parameter" else buffers.get(t["name"])
             if q is None:
                 problems.append(f"{t['kind']} {t['name']} of the plan is not in the model")
@@ -649,6 +685,9 @@ class Attachment:
 
 def attach(model, optimizer, plan, *, unrealized="warn", memory_limit=None):
     """Trains `model` under `plan` inside a `with` block (see the package's README).
+
+    model: the module, or a DistributedDataParallel wrapping it (then the plan must be made
+    with autovm.plan(..., data_parallel=True); one plan and one attach() per rank).
 
     unrealized: what to do when the plan also evicts tensors that saved-tensor hooks cannot move
     (parameters, gradients, optimizer state, activation gradients): 'warn' (default), 'error' or

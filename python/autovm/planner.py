@@ -2,6 +2,7 @@
 import contextlib
 import copy
 import inspect
+import json
 import os
 import subprocess
 import tempfile
@@ -10,6 +11,10 @@ import warnings
 from . import _lib
 from .errors import OptimizerMismatchError, PlannerError, ToolNotFoundError
 from .planfile import Plan
+from .planfile import pytorch_margin as pytorch_margin_of
+
+# What the adapter moves (saved tensors: activations and the input), in autovm-plan's words.
+MOVABLE = ("activation", "input")
 
 # autovm-plan's exit codes (autovm-plan --help).
 EXIT_CODES = {1: "internal error", 2: "bad usage", 3: "model file missing or unreadable",
@@ -49,6 +54,37 @@ def optimizer_kind(optimizer):
         return "adam"
     raise OptimizerMismatchError(
         f"{type(optimizer).__name__}: AutoVM plans SGD, SGD with momentum and Adam/AdamW only")
+
+
+_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2.0 ** 10,
+          "mib": 2.0 ** 20, "gib": 2.0 ** 30, "tib": 2.0 ** 40}
+
+
+def parse_size(text):
+    """Bytes of a size as autovm-plan reads it ('8GB' = 8e9, '7.5GiB' = 7.5 * 2^30, '512')."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+\.?\d*|\.\d+)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"budget: cannot read size '{text}': write a number with an optional "
+                         "unit, e.g. 8GB, 7.5GiB, 512MiB or 1000000B")
+    value = round(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if value <= 0:
+        raise ValueError(f"budget must be positive, not '{text}'")
+    return int(value)
+
+
+_help_cache = {}
+
+
+def planner_flags(exe):
+    """The options autovm-plan's --help lists (cached per executable)."""
+    key = (exe, os.path.getmtime(exe))
+    if key not in _help_cache:
+        r = subprocess.run([exe, "--help"], capture_output=True, text=True)
+        import re
+        _help_cache[key] = set(re.findall(r"(?m)^\s+(--[a-z][a-z-]*)", r.stdout))
+    return _help_cache[key]
 
 
 def format_budget(budget):
@@ -121,19 +157,41 @@ def export_onnx(model, example_batch, path, opset=17, export_batch=2):
     return path
 
 
+def _run(args):
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        what = EXIT_CODES.get(r.returncode, "failed")
+        raise PlannerError(f"autovm-plan exited {r.returncode} ({what}): "
+                           f"{r.stderr.strip()[-1500:]}\n  command: {' '.join(args)}",
+                           exit_code=r.returncode)
+
+
 def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
-         planner=None, lib=None, opset=17, extra_args=(), keep_onnx=None):
+         planner=None, lib=None, opset=17, extra_args=(), keep_onnx=None, movable=MOVABLE,
+         pytorch_margin=True, data_parallel=False, bucket_mb=None):
     """Exports `model`, plans its training step with autovm-plan and loads the plan.
 
-    budget: '8GB', '7.5GiB', a number of bytes, 'min', or None (no limit).
+    budget: '8GB', '7.5GiB', a number of bytes, 'min', or None (no limit): what PyTorch may
+    hold (torch.cuda.max_memory_allocated) while training under the plan.
     out: where the plan JSON goes (default: a temporary file kept for the Plan's life).
     device: an autovm-plan device profile (default: the planner's, h200-pcie).
-    The batch size is example_batch's first dimension; the optimizer kind comes from
-    `optimizer`. Recomputation is never planned (--no-recompute): the PyTorch adapter moves
-    tensors only, so results stay bit-identical to plain PyTorch.
+    movable: the tensor kinds the plan may take off the GPU (autovm-plan --movable): by
+    default what the adapter moves, saved activations and the input; None: every kind.
+    pytorch_margin: plan under the budget less PyTorch's extra memory over AutoVM's training
+    graph, as autovm-plan's PyTorch memory model predicts it (README.md, "The budget is
+    PyTorch's"); False: hand the budget to autovm-plan as it is.
+    data_parallel: the model trains under DistributedDataParallel (one plan per rank): DDP's
+    gradient buckets (bucket_mb, default 25, as DDP's bucket_cap_mb) are planned as persistent.
+    The batch size is example_batch's first dimension (the batch of one rank); the optimizer
+    kind comes from `optimizer`. Recomputation is never planned (--no-recompute): the PyTorch
+    adapter moves tensors only, so results stay bit-identical to plain PyTorch.
+
+    The Plan returned has requested_budget_bytes (the budget asked for) and
+    pytorch_margin_bytes (what was taken off it); budget_bytes is what autovm-plan planned for.
     """
     exe = planner_path(planner)
     _lib.Library.get(lib)  # fail before the slow export when libautovm is missing
+    model = getattr(model, "module", model) if _is_ddp(model) else model
     kind = optimizer_kind(optimizer)
     x = example_input(example_batch)
     if x.dim() < 1:
@@ -143,21 +201,61 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     onnx_path = keep_onnx or os.path.join(tmp, "model.onnx")
     export_onnx(model, x, onnx_path, opset=opset)
     out = os.path.abspath(out) if out else os.path.join(tmp, "plan.json")
+    flags = planner_flags(exe)
     args = [exe, onnx_path, "--batch", str(batch), "--optimizer", kind, "--no-recompute",
-            "-o", out, "--quiet"]
-    b = format_budget(budget)
-    if b is not None:
-        args += ["--budget", b]
+            "--memory-model", "pytorch", "--quiet"]
+    if movable is not None:
+        kinds = ",".join(movable)
+        if "--movable" in flags:
+            args += ["--movable", kinds]
+        else:
+            warnings.warn(f"{exe} has no --movable option: the plan may also evict tensors the "
+                          f"adapter does not move (only {kinds} move); rebuild autovm-plan",
+                          RuntimeWarning, stacklevel=2)
+    if data_parallel or bucket_mb is not None:
+        if not data_parallel:
+            raise ValueError("bucket_mb is for data_parallel=True")
+        if "--data-parallel" not in flags:
+            raise ToolNotFoundError(f"{exe} has no --data-parallel option: rebuild autovm-plan")
+        args += ["--data-parallel"]
+        if bucket_mb is not None:
+            args += ["--bucket-mb", repr(float(bucket_mb))]
     if device:
         args += ["--device", device]
     args += list(extra_args)
-    r = subprocess.run(args, capture_output=True, text=True)
-    if r.returncode != 0:
-        what = EXIT_CODES.get(r.returncode, "failed")
-        raise PlannerError(f"autovm-plan exited {r.returncode} ({what}): "
-                           f"{r.stderr.strip()[-1500:]}\n  command: {' '.join(args)}",
-                           exit_code=r.returncode)
+    b = format_budget(budget)
+    requested, margin = None, 0
+    if b is not None and b != "min":
+        requested = parse_size(b)
+        if pytorch_margin:
+            # The modelled extra does not depend on the budget: one plan without a budget has it.
+            free = os.path.join(tmp, "no-budget.json")
+            _run(args + ["-o", free])
+            with open(free, "rb") as f:
+                margin = pytorch_margin_of(json.load(f)) or 0
+            os.remove(free)
+            if requested - margin <= 0:
+                raise PlannerError(
+                    f"the budget {requested} B is below PyTorch's modelled extra memory over the "
+                    f"plan's training graph ({margin} B): no plan can keep PyTorch within it",
+                    exit_code=6)
+        b = f"{requested - margin}B"
+    if b is not None:
+        args += ["--budget", b]
+    _run(args + ["-o", out])
     with contextlib.suppress(OSError):
         if not keep_onnx:
             os.remove(onnx_path)
-    return Plan(out, lib=lib)
+    p = Plan(out, lib=lib)
+    p.requested_budget_bytes = requested if requested is not None else p.budget_bytes
+    p.pytorch_margin_bytes = margin
+    return p
+
+
+def _is_ddp(model):
+    try:
+        from torch.nn.parallel import DistributedDataParallel
+    except ImportError:
+        return False
+    return isinstance(model, DistributedDataParallel)
+

@@ -89,9 +89,19 @@ tiny = Tiny().train()
 xt, yt = batch(4, 32, 5)
 opt0 = momentum(tiny)
 SMALL_WS = ("--workspace-limit", "4KB")  # tiny convolutions: activations dominate
-tiny_free = autovm.plan(tiny, xt, opt0, out=os.path.join(tmp, "tiny-free.json"),
-                        extra_args=SMALL_WS)
-TINY_BUDGET = int(tiny_free.peak_bytes * 0.7)
+
+
+def budget_between(model, x, opt, fraction, **kw):
+    """A budget for PyTorch that forces evictions and that a plan moving activations only
+    meets: the smallest feasible planner budget plus `fraction` of the way to the graph's peak,
+    plus PyTorch's modelled margin. Returns (budget, the plan without a budget)."""
+    free = autovm.plan(model, x, opt, **kw)
+    low = autovm.plan(model, x, opt, budget="min", **kw)
+    planner_budget = low.budget_bytes + fraction * (free.peak_bytes - low.budget_bytes)
+    return int(planner_budget) + free.modelled_margin_bytes, free
+
+
+TINY_BUDGET, tiny_free = budget_between(tiny, xt, opt0, 0.3, extra_args=SMALL_WS)
 tiny_plan = autovm.plan(tiny, xt, opt0, budget=TINY_BUDGET, out=os.path.join(tmp, "tiny.json"),
                         extra_args=SMALL_WS)
 
@@ -101,8 +111,8 @@ def _():
     p = tiny_plan
     if p.batch != 4 or p.optimizer != "momentum" or p.recompute:
         return f"options {p.options}"
-    if p.budget_bytes != TINY_BUDGET:
-        return f"budget {p.budget_bytes}, want {TINY_BUDGET}"
+    if p.requested_budget_bytes != TINY_BUDGET:
+        return f"requested budget {p.requested_budget_bytes}, want {TINY_BUDGET}"
     moved = [a for a in p.actions if a["kind"] == "evict"
              and p.tensors[a["tensor"]]["kind"] == "activation"]
     if not moved:
@@ -118,6 +128,55 @@ def _():
     fresh = Tiny().train()
     if compare(fresh, [], tiny, []):
         return "plan() changed the model's state"
+    return ""
+
+
+@case("plan(): the budget is PyTorch's: planned under it less the modelled margin")
+def _():
+    p = tiny_plan
+    pt = p.pytorch_memory
+    if not pt:
+        return "plan() did not ask for --memory-model pytorch"
+    margin = p.pytorch_margin_bytes
+    # Tiny's max pooling saves int64 indices the training graph has no tensor for: PyTorch holds
+    # more than the graph, and the margin must cover at least its peak's difference.
+    if margin <= 0 or margin != p.modelled_margin_bytes:
+        return f"margin {margin}, modelled {p.modelled_margin_bytes}"
+    if margin < pt["peak_allocated_bytes"] - tiny_free.peak_bytes:
+        return f"margin {margin} below the difference of the peaks"
+    if p.budget_bytes != TINY_BUDGET - margin:
+        return f"planned under {p.budget_bytes}, want {TINY_BUDGET} - {margin}"
+    resident = p.prediction.get("resident_peak_bytes")
+    if resident is None or resident + margin > TINY_BUDGET:
+        return f"resident peak {resident} + margin {margin} over the budget {TINY_BUDGET}"
+    raw = autovm.plan(tiny, xt, opt0, budget=TINY_BUDGET, pytorch_margin=False,
+                      extra_args=SMALL_WS)
+    if raw.budget_bytes != TINY_BUDGET or raw.pytorch_margin_bytes != 0:
+        return f"pytorch_margin=False: planned under {raw.budget_bytes}"
+    return raises(autovm.PlannerError,
+                  lambda: autovm.plan(tiny, xt, opt0, budget=margin, extra_args=SMALL_WS),
+                  "below PyTorch's modelled extra")
+
+
+@case("plan(): only what the adapter moves leaves the GPU (--movable activation,input)")
+def _():
+    if "--movable" not in autovm.planner.planner_flags(PLAN_EXE):
+        return "autovm-plan has no --movable"
+    for p in (tiny_plan,):
+        other = {p.tensors[a["tensor"]]["kind"] for a in p.actions} - {"activation", "input"}
+        if other:
+            return f"{p.path} moves {other}"
+    # An autovm-plan without --movable: plan() says that the plan may move other kinds.
+    old = os.path.join(tmp, "old-autovm-plan")
+    with open(old, "w") as f:
+        f.write(f'#!/bin/sh\n[ "$1" = --help ] && {{ echo "  --budget SIZE"; exit 0; }}\n'
+                f'exec "{PLAN_EXE}" "$@"\n')
+    os.chmod(old, 0o755)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        autovm.plan(tiny, xt, opt0, planner=old, extra_args=SMALL_WS)
+    if not any("no --movable" in str(w.message) for w in got):
+        return f"no warning for a planner without --movable: {[str(w.message) for w in got]}"
     return ""
 
 
@@ -142,9 +201,8 @@ def _():
     torch.manual_seed(0)
     m = torchvision.models.resnet18(num_classes=10).train()
     x, y = batch(2, 224, 10)
-    free = autovm.plan(m, x, momentum(m))
-    p = autovm.plan(m, x, momentum(m), budget=int(free.peak_bytes * 0.6),
-                    out=os.path.join(tmp, "resnet18.json"))
+    budget, _ = budget_between(m, x, momentum(m), 0.4)
+    p = autovm.plan(m, x, momentum(m), budget=budget, out=os.path.join(tmp, "resnet18.json"))
     return identical_run(m, x, y, p, "resnet18")
 
 
@@ -266,7 +324,8 @@ def _():
     why = why or raises(autovm.LibraryError, lambda: autovm.load_plan(bad), "autovm_plan_load",
                         "AUTOVM_ERR_PLAN")
     return why or raises(autovm.PlannerError,
-                         lambda: autovm.plan(tiny, xt, opt0, budget="1KB"),
+                         lambda: autovm.plan(tiny, xt, opt0, budget="1KB",
+                                             pytorch_margin=False),
                          "autovm-plan exited 6")
 
 

@@ -113,6 +113,24 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"{'PASS' if results[-1] else 'FAIL'} pytorch_memory in the plan only with --memory-model pytorch")
     case("PyTorch does not fit", [RESNET18, "--batch", "32", "--memory-model", "pytorch", "--budget", "500MB",
                                   "-o", os.devnull], 0, "plain PyTorch does not fit the budget")
+    # --movable: only the kinds named may leave the GPU; the others count as unavoidable, so
+    # --budget min rises, and the plan's options record the kinds.
+    case("unknown movable kind", [RESNET18, "--batch", "2", "--movable", "activation,weights"], 2,
+         "unknown tensor kind 'weights'", "activation_grad")
+    every = json.loads(case("--budget min, every kind", [RESNET18, "--batch", "32", "--budget", "min",
+                                                         "--quiet"], 0, stream="stdout").stdout)
+    only = json.loads(case("--budget min, activations only",
+                           [RESNET18, "--batch", "32", "--budget", "min", "--movable", "activation", "--quiet"],
+                           0, stream="stdout").stdout)
+    kinds = {t["id"]: t["kind"] for t in only["tensors"]}
+    ok = (only["options"].get("movable") == ["activation"] and "movable" not in every["options"]
+          and only["options"]["budget_bytes"] > every["options"]["budget_bytes"]
+          and only["actions"] and all(kinds[a["tensor"]] == "activation" for a in only["actions"]))
+    results.append(ok)
+    print(f"{'PASS' if ok else 'FAIL'} --movable activation: only activations move; options.movable; a larger min")
+    case("below the least budget with --movable", [RESNET18, "--batch", "32", "--movable", "activation",
+                                                   "--budget", f"{only['options']['budget_bytes'] - 1}B"],
+         6, "smallest budget that works", "--movable")
     leftovers = [f for f in os.listdir(tmp) if ".tmp" in f]
     results.append(not leftovers)
     print(f"{'PASS' if not leftovers else 'FAIL'} no temporary files left behind {leftovers}")

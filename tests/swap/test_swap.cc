@@ -2,8 +2,11 @@
 // expected plans are worked out by hand.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "analysis/lifetimes.h"
 #include "analysis/timeline.h"
+#include "plan/ban_search.h"
 #include "plan/baselines.h"
 #include "plan/bound.h"
 #include "plan/gaps.h"
@@ -148,15 +151,18 @@ TEST_CASE("the lower bound, worked by hand") {
     // Forced arrival at step 4: a is not used at 3, unavoidable(3) = c + d = 150 and
     // 150 + 100 > 200, so a is off at 3; nothing can regenerate it, so it arrives by a prefetch
     // issued when step 3 ends, and step 4 waits for it: F(4) = 100 us.
-    // E(2) = 300 - 200 = 100 B: start(2) >= max(20, 100 us);
-    //   end >= start + 10 + max(20 + F(4), 100) = 100 + 10 + 120 = 230.
-    // E(3) = 50 B: max(30, 50) + 10 + max(10 + 100, 50) = 170. C + F = 150. Bound: 230 us at
-    // step 2. (The best plan: evict a after 1 (ready 120), prefetch it after 3 (ready 240): 250.)
+    // Forced departure at step 2, the mirror image: a is used at 1, unavoidable(2) = b + c =
+    // 200, so a leaves by an eviction issued when step 1 ends, and step 2 waits for it:
+    // D(2) = 100 us. C + F(4) + D(2) = 50 + 200 = 250 us.
+    // E(2) = 300 - 200 = 100 B: start(2) >= max(20 + D(2), 100 us) = 120;
+    //   end >= start + 10 + max(20 + F(4), 100) = 120 + 10 + 120 = 250.
+    // E(3) = 50 B: max(30 + 100, 50) + 10 + max(10 + 100, 50) = 250. Bound: 250 us, that of
+    // the best plan (evict a after 1, ready 120; prefetch it after 3, ready 240; step 4 to 250).
+    // (Before forced departures the bound was 230 us.)
     auto b = lower_bound(g, life, tl.total, c, 200, slow_link());
-    CHECK(b.forced_stall_us == doctest::Approx(100));
-    CHECK(b.bound_us == doctest::Approx(230).epsilon(1e-6));
-    CHECK(b.critical_step == 2);
-    CHECK(b.must_move_bytes == 100);
+    CHECK(b.forced_stall_us == doctest::Approx(200));
+    CHECK(b.bound_us == doctest::Approx(250).epsilon(1e-6));
+    CHECK(b.critical_step == -1);  // C + forced stalls: no step's bound is larger
     CHECK(b.compute_us == doctest::Approx(50));
     auto p = plan(g, 200, false);
     CHECK(simulate(g, p, c, slow_link(), DeviceProfile{}).step_time_us >= b.bound_us);
@@ -290,4 +296,199 @@ TEST_CASE("a chain whose pinned input would not fit where it runs is not offered
   REQUIRE_NOTHROW(actions = plan(g, 300, true, {10, 10, 10, 10, 10, 10, 10}));
   for (const Action& a : actions) CHECK(a.kind != ActionKind::recompute);
   for (int64_t r : resident_bytes(g, life, actions)) CHECK(r <= 300);
+}
+
+namespace {
+
+// five_steps("Dropout") and a parameter w (50 B) that steps 0 and 3 read:
+//   step 0: a = Dropout(w)   step 1: b = B(a)   step 2: c = C(b)   step 3: d = D(c, w)
+//   step 4: e = E(a, d)
+// Live bytes (w always): 150, 250, 350, 300, 250. Gaps: a over [2, 3], w over [1, 2] and, round
+// the step's end, over 4. Unavoidable with every kind movable: 150, 200, 200, 200, 200 (step 4:
+// a, d, e). With only activations movable w is resident throughout: 150, 250, 250, 200, 250.
+TrainingGraph five_steps_and_a_weight() {
+  TrainingGraph g = five_steps("Dropout");
+  TensorId w = g.add_tensor("w", TensorKind::parameter, DType::u8, {50});
+  g.steps[0].inputs.push_back(w);
+  g.steps[3].inputs.push_back(w);
+  return g;
+}
+
+MovableKinds activations_only() {
+  MovableKinds m;
+  m.bits = 0;
+  m.add(TensorKind::activation);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("--movable activation: a parameter stays resident and counts as unavoidable") {
+  TrainingGraph g = five_steps_and_a_weight();
+  auto life = compute_lifetimes(g);
+  std::vector<double> c = {10, 10, 10, 10, 10};
+  CHECK(unavoidable_bytes(g, life) == std::vector<int64_t>{150, 200, 200, 200, 200});
+  CHECK(unavoidable_bytes(g, life, activations_only()) ==
+        std::vector<int64_t>{150, 250, 250, 200, 250});
+  CHECK(find_gaps(g, life).size() == 3);
+  REQUIRE(find_gaps(g, life, activations_only()).size() == 1);
+  auto plan_with = [&](int64_t budget, MovableKinds movable) {
+    SwapOptions o;
+    o.budget_bytes = budget;
+    o.movable = movable;
+    return plan_swaps(g, life, c, slow_link(), o);
+  };
+  SUBCASE("budget 250, activations only: a alone is moved, off over steps 2-3") {
+    auto actions = plan_with(250, activations_only());
+    REQUIRE(actions.size() == 2);
+    CHECK(actions[0].kind == ActionKind::evict);
+    CHECK(actions[0].tensor == 0);
+    CHECK(actions[0].after_step == 1);
+    CHECK(actions[0].ready_before_step == 2);
+    CHECK(actions[1].kind == ActionKind::prefetch);
+    CHECK(actions[1].tensor == 0);
+    CHECK(actions[1].after_step == 3);
+    CHECK(actions[1].ready_before_step == 4);
+    CHECK(resident_bytes(g, life, actions) == std::vector<int64_t>{150, 250, 250, 200, 250});
+    // The bound, as in "the lower bound, worked by hand" (w is never off-able now, and
+    // unavoidable at steps 2 and 3 is 50 B more, as is the budget): a's forced departure at
+    // step 2 and forced arrival at step 4, 100 us each: 50 + 200 = 250 us, the plan's: evict
+    // ready at 120, step 2 at 120-130, step 3 to 140, the prefetch 140-240, step 4 to 250.
+    auto b = lower_bound(g, life, compute_timeline(g, life).total, c, 250, slow_link(),
+                         activations_only());
+    CHECK(b.forced_stall_us == doctest::Approx(200));
+    CHECK(b.bound_us == doctest::Approx(250).epsilon(1e-6));
+    CHECK(simulate(g, actions, c, slow_link(), DeviceProfile{}).step_time_us ==
+          doctest::Approx(250));
+  }
+  SUBCASE("budget 200: enough when w may move, infeasible when it may not") {
+    // Every kind: w must be off at step 1 (250 B live, a and b in use) and at step 4 (a, d, e
+    // in use), so both its gaps are taken.
+    std::vector<Action> every;
+    REQUIRE_NOTHROW(every = plan_with(200, MovableKinds{}));
+    int moves_w = 0;
+    for (const Action& a : every) moves_w += a.tensor == 5;
+    CHECK(moves_w == 4);
+    for (int64_t r : resident_bytes(g, life, every)) CHECK(r <= 200);
+    try {
+      plan_with(200, activations_only());
+      FAIL("expected an infeasible-budget error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::infeasible);
+      std::string m = e.what();
+      CHECK(m.find("step 1") != std::string::npos);  // the first step needing 250 B
+      CHECK(m.find("w (50 B)") != std::string::npos);
+      CHECK(m.find("--movable") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("delay_transfers: an eviction due late goes after one a step waits for") {
+  // five_steps, 10 us a step, the slow link (1 B/us, one queue). Evict a (100 B) after step 0,
+  // due before step 4, and 20 B of b after step 1, due before step 2 (the simulator times the
+  // bytes the action names).
+  //   As given: a is copied 10-110 us, b waits behind it, 110-130; step 2 waits until 130,
+  //   steps 2 and 3 end at 150, step 4 (a was out by 110) ends at 160.
+  //   a issued after step 1 instead: both issued at 20 us, b first (the earlier deadline),
+  //   20-40; step 2 at 40-50, step 3 to 60; a 40-140; step 4 waits until 140: 150 us.
+  //   (a issued after step 3, its latest: step 4 would wait until 160: 170 us, worse.)
+  TrainingGraph g = five_steps("Conv");
+  std::vector<double> c = {10, 10, 10, 10, 10};
+  std::vector<Action> actions = {
+      {ActionKind::evict, 0, 100, 0, 4, -1, "staged", "", 0, 0},
+      {ActionKind::evict, 1, 20, 1, 2, -1, "staged", "", 0, 0},
+  };
+  CHECK(simulate(g, actions, c, slow_link(), DeviceProfile{}).step_time_us == doctest::Approx(160));
+  double t = delay_transfers(g, c, slow_link(), DeviceProfile{}, actions, 50);
+  CHECK(t == doctest::Approx(150));
+  REQUIRE(actions.size() == 2);
+  CHECK(actions[0].tensor == 1);  // sorted: both after step 1, b due first
+  CHECK(actions[1].tensor == 0);
+  CHECK(actions[1].after_step == 1);
+  CHECK(actions[1].ready_before_step == 4);
+  CHECK(simulate(g, actions, c, slow_link(), DeviceProfile{}).step_time_us == doctest::Approx(150));
+}
+
+namespace {
+
+// a, b (100 B each), c (10), d (60), e (10); a and b made by Dropout (random: never
+// recomputed).
+//   step 0: a = Dropout()   step 1: b = Dropout()   step 2: c = C(a, b)   step 3: d = D(c)
+//   step 4: e = E(a, b)
+// Live bytes: 100, 200, 210, 270, 210. a and b each have one gap, off possible at step 3.
+TrainingGraph two_gaps() {
+  TrainingGraph g;
+  for (auto [name, bytes] : {std::pair{"a", 100}, {"b", 100}, {"c", 10}, {"d", 60}, {"e", 10}})
+    g.add_tensor(name, TensorKind::activation, DType::u8, {bytes});
+  add_step(g, "Dropout", {}, {0});
+  add_step(g, "Dropout", {}, {1});
+  add_step(g, "C", {0, 1}, {2});
+  add_step(g, "D", {2}, {3});
+  add_step(g, "E", {0, 1}, {4});
+  return g;
+}
+
+int64_t peak(const std::vector<int64_t>& bytes) {
+  return *std::max_element(bytes.begin(), bytes.end());
+}
+
+std::vector<TensorId> moved(const std::vector<Action>& actions) {
+  std::vector<TensorId> out;
+  for (const Action& a : actions)
+    if (a.kind == ActionKind::evict) out.push_back(a.tensor);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("last_resort: a gap is taken only when no other gap relieves the step") {
+  TrainingGraph g = two_gaps();
+  auto life = compute_lifetimes(g);
+  std::vector<double> times = {10, 10, 10, 10, 10};
+  SwapOptions o;
+  o.budget_bytes = 210;  // step 3 is 60 B over: a or b leaves; a (the first) on a tie
+  CHECK(moved(plan_swaps(g, life, times, slow_link(), o)) == std::vector<TensorId>{0});
+  SUBCASE("a's gap (after step 2) last: b leaves") {
+    o.last_resort = {{0, 2, -2, false}};
+    CHECK(moved(plan_swaps(g, life, times, slow_link(), o)) == std::vector<TensorId>{1});
+  }
+  SUBCASE("both last: a again, never infeasible") {
+    o.last_resort = {{0, 2, -2, false}, {1, -2, 4, false}};
+    CHECK(moved(plan_swaps(g, life, times, slow_link(), o)) == std::vector<TensorId>{0});
+  }
+}
+
+TEST_CASE("move_only: a tensor a chain would regenerate is moved instead") {
+  TrainingGraph g = chain_graph();  // at budget 360, z is regenerated (test above)
+  auto life = compute_lifetimes(g);
+  std::vector<double> times = {10, 10, 10, 10, 10, 10};
+  SwapOptions o;
+  o.budget_bytes = 360;
+  o.last_resort = {{2, 2, -2, true}};  // z's gap, after its use at step 2
+  auto actions = plan_swaps(g, life, times, slow_link(), o);
+  for (const Action& a : actions) CHECK(a.kind != ActionKind::recompute);
+  CHECK(!moved(actions).empty());
+  CHECK(peak(resident_bytes(g, life, actions)) <= 360);
+}
+
+TEST_CASE("ban_search: keeps a plan only when the simulator finds it faster") {
+  // two_gaps at budget 210 with a link that copies a (100 B) in 200 us while the steps take 10:
+  // any plan stalls; the search must return what it started from or something faster, valid.
+  TrainingGraph g = two_gaps();
+  auto life = compute_lifetimes(g);
+  std::vector<double> times = {10, 10, 10, 10, 10};
+  SwapStrategy st;
+  st.options.budget_bytes = 210;
+  std::vector<SwapStrategy> strategies = {st};
+  std::vector<std::vector<Action>> candidates = {
+      plan_swaps(g, life, times, slow_link(), st.options)};
+  double before = simulate(g, candidates[0], times, slow_link(), DeviceProfile{}).step_time_us;
+  int plans = ban_search(g, life, times, slow_link(), DeviceProfile{}, candidates, strategies, 10);
+  CHECK(plans >= 1);
+  CHECK(plans <= 10);
+  REQUIRE(candidates.size() == strategies.size());
+  for (const auto& c : candidates) {
+    CHECK(peak(resident_bytes(g, life, c)) <= 210);
+    CHECK(simulate(g, c, times, slow_link(), DeviceProfile{}).step_time_us <= before);
+  }
 }

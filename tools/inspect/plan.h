@@ -109,6 +109,9 @@ struct Plan {
   int64_t budget_bytes = 0;  // INT64_MAX: no limit
   std::string optimizer;
   std::optional<std::string> device, mechanism;
+  // options.movable (autovm-plan --movable): the only kinds actions may evict, discard or
+  // recompute; absent: every kind.
+  std::optional<std::vector<TensorKind>> movable;
   // Every field of "model" and "options" as "key" -> its JSON text, sorted by key (for diff).
   std::vector<std::pair<std::string, std::string>> model_fields, option_fields;
 

@@ -301,6 +301,10 @@ Plan parse(const json& doc, const std::string& path) {
   p.optimizer = options.at("optimizer").string();
   if (auto d = options.find("device")) p.device = d->string();
   if (auto m = options.find("mechanism")) p.mechanism = m->string();
+  if (auto m = options.find("movable")) {
+    p.movable.emplace();
+    for (const Field& f : m->items()) p.movable->push_back(f.one_of<TensorKind>(kKindNames));
+  }
   p.option_fields = options.members();
 
   for (const Field& f : root.at("tensors").items()) p.tensors.push_back(read_tensor(f));

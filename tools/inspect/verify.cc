@@ -119,6 +119,13 @@ class Verifier {
       auto bad = [&](const std::string& why) { add(0, a.after_step + 1, a.tensor, what(a) + ": " + why); };
       if (a.kind != ActionKind::advise && a.bytes != t.bytes)
         bad(fmt::format("moves {} bytes of a {}-byte tensor", a.bytes, t.bytes));
+      if (a.kind != ActionKind::advise && p_.movable &&
+          std::find(p_.movable->begin(), p_.movable->end(), t.kind) == p_.movable->end()) {
+        std::vector<std::string_view> allowed;
+        for (TensorKind k : *p_.movable) allowed.push_back(name(k));
+        bad(fmt::format("a tensor of kind {} may not leave the GPU: options.movable allows only [{}]",
+                        name(t.kind), join(allowed, ", ")));
+      }
       switch (a.kind) {
         case ActionKind::evict:
         case ActionKind::prefetch:
