@@ -261,7 +261,9 @@ int run(int argc, char** argv, const Heap& heap) {
   prefault(heap, a.model);
   // The plan lives until the process exits: tearing down its many small allocations would
   // only cost time.
-  autovm::Plan& plan = *new autovm::Plan(autovm::make_plan(a.model, a.options));
+  // The model is not freed either (make_plan_keeping_model).
+  auto& model = *new autovm::model::Model;
+  autovm::Plan& plan = *new autovm::Plan(autovm::make_plan_keeping_model(a.model, a.options, model));
   if (a.pytorch_memory) plan.pytorch_memory = autovm::predict_pytorch_memory(plan.training.graph);
   if (!a.quiet) std::fputs(autovm::plan_summary(plan).c_str(), stderr);
   if (a.output.empty() || a.output == "-") {

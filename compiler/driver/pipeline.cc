@@ -212,14 +212,30 @@ void plan_under_budget(Plan& plan) {
 
 }  // namespace
 
+namespace {
+Plan plan_model(model::Model& m, const PlanOptions& options, bool shapes_known);
+}  // namespace
+
 Plan make_plan(const std::string& model_path, const PlanOptions& options) {
+  model::Model m;
+  return make_plan_keeping_model(model_path, options, m);
+}
+
+Plan make_plan_keeping_model(const std::string& model_path, const PlanOptions& options,
+                             model::Model& model) {
   PassTimer timer;
-  model::Model m = model::load_model(model_path);
+  model = model::load_model(model_path);
   timer.done("load_model");
-  return make_plan(std::move(m), options);
+  return plan_model(model, options, false);
 }
 
 Plan make_plan(model::Model m, const PlanOptions& options, bool shapes_known) {
+  return plan_model(m, options, shapes_known);
+}
+
+namespace {
+
+Plan plan_model(model::Model& m, const PlanOptions& options, bool shapes_known) {
   const std::string& model_path = m.path;
   PassTimer timer;
   model::check_supported_ops(m);
@@ -273,5 +289,7 @@ Plan make_plan(model::Model m, const PlanOptions& options, bool shapes_known) {
   id.classes = plan.training.logits_shape[1];
   return plan;
 }
+
+}  // namespace
 
 }  // namespace autovm

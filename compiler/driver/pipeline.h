@@ -18,4 +18,10 @@ Plan make_plan(const std::string& model_path, const PlanOptions& options);
 // `shapes_known` (tests that build models by hand with every shape set).
 Plan make_plan(model::Model model, const PlanOptions& options, bool shapes_known = false);
 
+// The same, the model loaded into `model` and left there for the caller: autovm-plan never frees
+// it (a 100,000-node model takes a tenth of a second to tear down, just before the process
+// exits).
+Plan make_plan_keeping_model(const std::string& model_path, const PlanOptions& options,
+                             model::Model& model);
+
 }  // namespace autovm
