@@ -41,7 +41,7 @@ Executor::Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> ba
     if (a.kind == AUTOVM_ACTION_RECOMPUTE) {
       due_before_[static_cast<size_t>(a.ready_before_step)].push_back(i);
       const Tensor& t = plan_->tensors[static_cast<size_t>(a.tensor)];
-      if (!t.persistent && a.ready_before_step > t.last)  // a chain temporary: freed after it
+      if (is_chain_temporary(a, t))  // freed after its one step
         freed_after_[static_cast<size_t>(a.ready_before_step)].push_back(a.tensor);
       continue;
     }

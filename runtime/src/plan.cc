@@ -268,11 +268,7 @@ void read_actions(const Reader& r, const json& root, Plan& p) {
   }
 }
 
-// Points in the runtime's timeline, in order: issue after step -1 (at step_begin(0)) < completion
-// at step_begin(s) < issue at step_end(s) < completion by the end (at step_end(n-1)).
-int64_t issue_point(const Action& a) {
-  return a.kind == AUTOVM_ACTION_RECOMPUTE ? 4 * a.ready_before_step : 4 * a.after_step + 2;
-}
+// Where an action completes on the timeline of issue_point (plan.h).
 int64_t complete_point(const Action& a, StepIndex n) {
   switch (a.kind) {
     case AUTOVM_ACTION_EVICT:
@@ -290,7 +286,7 @@ void check_sequences(const Reader& r, Plan& p) {
   for (size_t i = 0; i < p.actions.size(); ++i) {
     const Action& a = p.actions[i];
     const Tensor& t = p.tensors[static_cast<size_t>(a.tensor)];
-    const bool temporary = a.kind == AUTOVM_ACTION_RECOMPUTE && !t.persistent && a.ready_before_step > t.last;
+    const bool temporary = is_chain_temporary(a, t);
     if (a.kind != AUTOVM_ACTION_ADVISE && !temporary)  // a temporary has no state to follow
       by_tensor[static_cast<size_t>(a.tensor)].push_back(i);
   }
@@ -347,7 +343,7 @@ void place_temporaries(Plan& p) {
   std::map<std::pair<StepIndex, TensorId>, int64_t> placed;
   for (Action& a : p.actions) {
     const Tensor& t = p.tensors[static_cast<size_t>(a.tensor)];
-    if (a.kind != AUTOVM_ACTION_RECOMPUTE || t.persistent || a.ready_before_step <= t.last)
+    if (!is_chain_temporary(a, t))
       continue;
     auto [it, fresh] = placed.emplace(std::make_pair(a.ready_before_step, a.tensor), 0);
     if (fresh) {

@@ -88,6 +88,18 @@ struct Plan {
   int64_t memory_bytes() const { return arena_bytes + temporary_bytes; }
 };
 
+// A recompute after the tensor's lifetime: the tensor is a chain temporary for that one step.
+inline bool is_chain_temporary(const Action& a, const Tensor& t) {
+  return a.kind == AUTOVM_ACTION_RECOMPUTE && !t.persistent && a.ready_before_step > t.last;
+}
+
+// Points in the runtime's timeline, in order: issue after step -1 (at step_begin(0)) < completion
+// at step_begin(s) < issue at step_end(s) < completion by the end (at step_end(n-1)). A tensor's
+// actions are met in the order of their issue points.
+inline int64_t issue_point(const Action& a) {
+  return a.kind == AUTOVM_ACTION_RECOMPUTE ? 4 * a.ready_before_step : 4 * a.after_step + 2;
+}
+
 // Parses and validates. source names the plan in messages.
 Plan load_plan(std::string_view json_text, std::string source);
 // Reads the file (AUTOVM_ERR_IO when it cannot), then load_plan.

@@ -8,15 +8,6 @@
 namespace autovm::rt {
 namespace {
 
-bool is_temporary(const Action& a, const Tensor& t) {
-  return a.kind == AUTOVM_ACTION_RECOMPUTE && !t.persistent && a.ready_before_step > t.last;
-}
-
-// The order the executor meets a tensor's actions in (plan.cc checks it): by issue point.
-int64_t issue_point(const Action& a) {
-  return a.kind == AUTOVM_ACTION_RECOMPUTE ? 4 * a.ready_before_step : 4 * a.after_step + 2;
-}
-
 bool share_a_step(const std::vector<StepRange>& a, const std::vector<StepRange>& b) {
   size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
@@ -71,7 +62,7 @@ std::vector<std::vector<StepRange>> occupancy(const Plan& plan) {
   for (size_t i = 0; i < plan.actions.size(); ++i) {
     const Action& a = plan.actions[i];
     if (a.kind != AUTOVM_ACTION_ADVISE &&
-        !is_temporary(a, plan.tensors[static_cast<size_t>(a.tensor)]))
+        !is_chain_temporary(a, plan.tensors[static_cast<size_t>(a.tensor)]))
       by_tensor[static_cast<size_t>(a.tensor)].push_back(i);
   }
   std::vector<std::vector<StepRange>> on(plan.tensors.size());

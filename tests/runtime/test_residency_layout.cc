@@ -42,6 +42,8 @@ TEST_CASE("packing: A and B share a range, the arena needs 6 KiB, prefetches wai
   // x's range (no step in common with x); c above y; z where x and y were.
   CHECK(layout.offset == std::vector<int64_t>{4096, 0, 4096, 0, 5120, 4096});
   CHECK(layout.arena_bytes == 6144);
+  // The most on the device at one step (2: y, B, c; 3: A, c, z): this packing has no holes.
+  CHECK(layout.peak_bytes == 6144);
   REQUIRE(layout.prefetch_waits.size() == 4);
   CHECK(layout.prefetch_waits[0].empty());                           // evict A
   CHECK(layout.prefetch_waits[1] == std::vector<int32_t>{1});        // B follows A out
