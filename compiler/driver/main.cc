@@ -22,6 +22,7 @@
 #include "emit/plan_json.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/pass_timer.h"
 #include "util/size.h"
 
 namespace {
@@ -266,6 +267,7 @@ int run(int argc, char** argv, const Heap& heap) {
   autovm::Plan& plan = *new autovm::Plan(autovm::make_plan_keeping_model(a.model, a.options, model));
   if (a.pytorch_memory) plan.pytorch_memory = autovm::predict_pytorch_memory(plan.training.graph);
   if (!a.quiet) std::fputs(autovm::plan_summary(plan).c_str(), stderr);
+  autovm::PassTimer timer;
   if (a.output.empty() || a.output == "-") {
     autovm::write_plan_json(plan, [](std::string_view piece) {
       if (std::fwrite(piece.data(), 1, piece.size(), stdout) != piece.size())
@@ -278,6 +280,7 @@ int run(int argc, char** argv, const Heap& heap) {
     autovm::write_plan_json(plan, [&](std::string_view piece) { out.write(piece); });
     out.commit();
   }
+  timer.done("write_plan_json");
   return 0;
 }
 

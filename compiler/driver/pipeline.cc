@@ -23,31 +23,10 @@
 #include "plan/simulator.h"
 #include "plan/swap_planner.h"
 #include "util/error.h"
+#include "util/pass_timer.h"
 
 namespace autovm {
 namespace {
-
-// With AUTOVM_TIMINGS set, each pass's wall time goes to stderr (for profiling; off by default).
-class PassTimer {
- public:
-  PassTimer() : on_(std::getenv("AUTOVM_TIMINGS") != nullptr), last_(now()) {}
-  void done(const char* pass) {
-    if (!on_) return;
-    double t = now();
-    rusage u {};
-    getrusage(RUSAGE_SELF, &u);
-    std::fprintf(stderr, "autovm-plan: %-22s %8.1f ms  (peak RSS %ld MB, %ld page faults)\n", pass,
-                 (t - last_) * 1e3, u.ru_maxrss >> 10, u.ru_minflt + u.ru_majflt);
-    last_ = t;
-  }
-
- private:
-  static double now() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  }
-  bool on_;
-  double last_;
-};
 
 int64_t max_of(const std::vector<int64_t>& v) {
   int64_t m = 0;

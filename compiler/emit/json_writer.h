@@ -9,6 +9,7 @@
 // array's own writer would, and is appended with rows(); the text is the same byte for byte.
 #pragma once
 
+#include <fmt/compile.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,7 +32,7 @@ class JsonWriter {
   void begin_array() { open('['); }
   void end_array() { close(']'); }
   using Sink = std::function<void(std::string_view)>;
-  explicit JsonWriter(Sink sink = nullptr) : sink_(std::move(sink)), buf_(size_t(64) << 10) {}
+  explicit JsonWriter(Sink sink = nullptr) : sink_(std::move(sink)) { buf_.grow_to(size_t(64) << 10, 0); }
 
   void newline() {
     put('\n');
@@ -58,7 +60,7 @@ class JsonWriter {
   }
   // Makes room for `bytes` of text, allocated now (on the calling thread).
   void reserve(size_t bytes) {
-    if (buf_.size() < bytes) buf_.resize(bytes);
+    if (buf_.size() < bytes) buf_.grow_to(bytes, used_);
   }
   // Forgets the text and the structure written so far (to reuse the buffer).
   void clear() {
@@ -74,6 +76,21 @@ class JsonWriter {
     after_key_ = true;
     return *this;
   }
+  // A key given as a string literal is copied as is, quotes and colon in one go: it must need
+  // no escaping (every key of the plan's schema is plain ASCII).
+  template <size_t N>
+  JsonWriter& key(const char (&k)[N]) {
+    static_assert(N >= 1);
+    comma();
+    char* p = room(N + 2);
+    p[0] = '"';
+    std::memcpy(p + 1, k, N - 1);
+    p[N] = '"';
+    p[N + 1] = ':';
+    used_ += N + 2;
+    after_key_ = true;
+    return *this;
+  }
   void value(std::string_view s) { comma(); string_literal(s); }
   void value(const char* s) { value(std::string_view(s)); }
   void value(bool b) { comma(); put(b ? "true" : "false"); }
@@ -86,8 +103,8 @@ class JsonWriter {
     } else if (v == std::floor(v) && std::fabs(v) < 9e15) {
       integer(static_cast<int64_t>(v));
     } else {
-      constexpr size_t kMax = 32;  // the longest shortest form is 24 characters
-      used_ += fmt::format_to_n(room(kMax), kMax, "{}", v).size;
+      char* p = room(32);  // fmt's shortest form of a double is at most 24 characters
+      used_ += static_cast<size_t>(fmt::format_to(p, FMT_COMPILE("{}"), v) - p);
     }
   }
   void null() { comma(); put("null"); }
@@ -107,7 +124,7 @@ class JsonWriter {
     if (buf_.size() - used_ < n) grow(n);
     return buf_.data() + used_;
   }
-  [[gnu::noinline]] void grow(size_t n) { buf_.resize(std::max(2 * buf_.size(), used_ + n)); }
+  [[gnu::noinline]] void grow(size_t n) { buf_.grow_to(std::max(2 * buf_.size(), used_ + n), used_); }
   void put(char c) {
     *room(1) = c;
     ++used_;
@@ -163,7 +180,24 @@ class JsonWriter {
   }
 
   Sink sink_;
-  std::vector<char> buf_;
+  // Text storage that, unlike std::vector<char>, does not zero what it allocates.
+  class Buffer {
+   public:
+    char* data() { return data_.get(); }
+    const char* data() const { return data_.get(); }
+    size_t size() const { return size_; }
+    void grow_to(size_t size, size_t keep) {  // keeps the first `keep` bytes
+      std::unique_ptr<char[]> bigger(new char[size]);
+      if (keep) std::memcpy(bigger.get(), data_.get(), keep);
+      data_ = std::move(bigger);
+      size_ = size;
+    }
+
+   private:
+    std::unique_ptr<char[]> data_;
+    size_t size_ = 0;
+  };
+  Buffer buf_;
   size_t used_ = 0;
   std::vector<char> first_;  // per open object or array: nothing written in it yet
   bool after_key_ = false;

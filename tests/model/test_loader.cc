@@ -405,3 +405,34 @@ TEST_CASE("supported ops: sorted, each with a shape rule") {
   CHECK_FALSE(model::is_supported_op("Tanh"));
   for (std::string_view op : names) CHECK_MESSAGE(model::has_shape_rule(op), op);
 }
+
+TEST_CASE("sha256: FIPS 180-4 test vectors, with the CPU's extensions and without") {
+  // Digests from FIPS 180-4's examples (csrc.nist.gov, SHA256.pdf / SHA2_Additional.pdf).
+  const std::string million_a(1000000, 'a');
+  const std::pair<std::string, std::string> cases[] = {
+      {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+      {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+      {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+       "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+      {million_a, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"},
+  };
+  for (const auto& [text, digest] : cases) {
+    CAPTURE(text.size());
+    CHECK(sha256_hex(text.data(), text.size(), Sha256Impl::portable) == digest);
+    CHECK(sha256_hex(text.data(), text.size()) == digest);
+  }
+  const std::string used = sha256_uses_cpu_extensions() ? "yes" : "no";
+  MESSAGE("SHA extensions used on this machine: " << used);
+}
+
+TEST_CASE("sha256: both implementations agree on every length around the block edges") {
+  std::string bytes(70000, '\0');
+  uint32_t x = 12345;
+  for (char& c : bytes) c = char((x = x * 1103515245u + 12345u) >> 24);
+  for (size_t n : {size_t(0), size_t(1), size_t(55), size_t(56), size_t(63), size_t(64), size_t(65),
+                   size_t(119), size_t(120), size_t(127), size_t(128), size_t(129), size_t(4095),
+                   size_t(65536), size_t(70000)}) {
+    CAPTURE(n);
+    CHECK(sha256_hex(bytes.data(), n) == sha256_hex(bytes.data(), n, Sha256Impl::portable));
+  }
+}
