@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <optional>
 
 #include "analysis/arena.h"
@@ -27,6 +28,9 @@
 
 namespace autovm {
 namespace {
+
+// Graphs with at least this many tensors lay out their arena on a second thread (pipeline).
+constexpr size_t kLayoutBesideTensors = 20000;
 
 int64_t max_of(const std::vector<int64_t>& v) {
   int64_t m = 0;
@@ -245,12 +249,20 @@ Plan plan_model(model::Model& m, const PlanOptions& options, bool shapes_known) 
   timer.done("build_training_step");
   plan.lifetimes = compute_lifetimes(plan.training.graph);
   timer.done("compute_lifetimes");
+  // The arena's layout depends on the lifetimes only, and nothing until the plan is written
+  // reads it: on a large graph it is computed on a second core beside the timeline and the swap
+  // planning (same result: the layout is a pure function of its inputs).
+  const bool large = plan.training.graph.tensors.size() >= kLayoutBesideTensors;
+  std::future<ArenaLayout> arena = std::async(large ? std::launch::async : std::launch::deferred,
+                                              [&plan, alignment = options.alignment] {
+    return layout_arena(plan.training.graph, plan.lifetimes, alignment);
+  });
   plan.timeline = compute_timeline(plan.training.graph, plan.lifetimes);
   timer.done("compute_timeline");
-  plan.arena = layout_arena(plan.training.graph, plan.lifetimes, options.alignment);
-  timer.done("layout_arena");
   plan_under_budget(plan);
   timer.done("plan_under_budget");
+  plan.arena = arena.get();
+  timer.done("layout_arena (waited)");
 
   ModelIdentity& id = plan.model;
   auto slash = model_path.find_last_of('/');
