@@ -152,6 +152,7 @@ void plan_under_budget(Plan& plan) {
         int64_t size = g.step_count() + int64_t(c.size());
         int sims = int(std::min<int64_t>(kDelaySimulations, kDelayWork / std::max<int64_t>(size, 1)));
         delay_transfers(g, plan.compute_us, mech, device, c, sims);
+        postpone_for_evictions(g, plan.lifetimes, plan.compute_us, mech, device, budget, c, sims);
       }
     double best = 0;
     for (auto& c : candidates) {

@@ -572,6 +572,29 @@ void sort_actions(std::vector<Action>& actions) {
   });
 }
 
+bool is_transfer(const Action& a) { return a.kind == ActionKind::evict || a.kind == ActionKind::prefetch; }
+
+// The transfer each stalled step waited for last (its stall, its index in `actions`), worst
+// stall first.
+std::vector<std::pair<double, size_t>> stalled_transfers(const TrainingGraph& g,
+                                                         const std::vector<Action>& actions,
+                                                         const SimResult& sim) {
+  const StepIndex n = g.step_count();
+  std::vector<size_t> last(size_t(n) + 1, actions.size());
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    if (!is_transfer(a)) continue;
+    size_t& l = last[size_t(a.ready_before_step)];
+    if (l == actions.size() || sim.ready_us[i] > sim.ready_us[l]) l = i;
+  }
+  std::vector<std::pair<double, size_t>> late;
+  for (StepIndex st = 0; st < n; ++st)
+    if (sim.stall_before_us[size_t(st)] > 0 && last[size_t(st)] < actions.size())
+      late.emplace_back(sim.stall_before_us[size_t(st)], last[size_t(st)]);
+  std::sort(late.begin(), late.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  return late;
+}
+
 }  // namespace
 
 double delay_transfers(const TrainingGraph& g, const std::vector<double>& compute_us,
@@ -580,27 +603,11 @@ double delay_transfers(const TrainingGraph& g, const std::vector<double>& comput
   sort_actions(actions);
   SimResult sim = simulate(g, actions, compute_us, mech, device);
   int left = max_simulations - 1;
-  const StepIndex n = g.step_count();
-  auto is_transfer = [](const Action& a) {
-    return a.kind == ActionKind::evict || a.kind == ActionKind::prefetch;
-  };
   // Whether two transfers share a copy queue (one per direction; one in all when not duplex).
   auto same_queue = [&](const Action& a, const Action& b) { return !mech.duplex || a.kind == b.kind; };
   std::set<std::pair<size_t, StepIndex>> tried;  // (action index, after_step) per round
   while (left > 0) {
-    // The transfer each stalled step waited for last, worst stall first.
-    std::vector<std::pair<double, size_t>> late;
-    std::vector<size_t> last(size_t(n) + 1, actions.size());
-    for (size_t i = 0; i < actions.size(); ++i) {
-      const Action& a = actions[i];
-      if (!is_transfer(a)) continue;
-      size_t& l = last[size_t(a.ready_before_step)];
-      if (l == actions.size() || sim.ready_us[i] > sim.ready_us[l]) l = i;
-    }
-    for (StepIndex st = 0; st < n; ++st)
-      if (sim.stall_before_us[size_t(st)] > 0 && last[size_t(st)] < actions.size())
-        late.emplace_back(sim.stall_before_us[size_t(st)], last[size_t(st)]);
-    std::sort(late.begin(), late.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+    const std::vector<std::pair<double, size_t>> late = stalled_transfers(g, actions, sim);
     // Moves: a transfer on the same queue, issued no later and still busy when the late one
     // was issued, with a later deadline, issued instead when the late one is (or just before
     // its own deadline), so that the late one goes first.
@@ -629,6 +636,68 @@ double delay_transfers(const TrainingGraph& g, const std::vector<double>& comput
     }
     if (!improved) break;
     tried.clear();
+  }
+  return sim.step_time_us;
+}
+
+
+double postpone_for_evictions(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                              const std::vector<double>& compute_us, const Mechanism& mech,
+                              const DeviceProfile& device, int64_t budget_bytes,
+                              std::vector<Action>& actions, int max_simulations) {
+  sort_actions(actions);
+  SimResult sim = simulate(g, actions, compute_us, mech, device);
+  int left = max_simulations - 1;
+  const StepIndex n = g.step_count();
+  // The latest deadline evict `e` may have: before its tensor's next prefetch is issued (that
+  // prefetch's after_step, so that it stays off a step at least) and never past a use (rule 3).
+  auto deadline_limit = [&](size_t e) {
+    const Action& ev = actions[e];
+    StepIndex limit = n;
+    for (const Action& a : actions)
+      if (a.tensor == ev.tensor && a.kind == ActionKind::prefetch && a.after_step >= ev.ready_before_step)
+        limit = std::min(limit, a.after_step);
+    for (StepIndex u : life[size_t(ev.tensor)].uses)
+      if (u > ev.after_step) limit = std::min(limit, u);
+    return limit;
+  };
+  bool improved = true;
+  while (improved && left > 0) {
+    improved = false;
+    for (const auto& [stall, l] : stalled_transfers(g, actions, sim)) {
+      if (actions[l].kind != ActionKind::evict) continue;
+      const StepIndex st = actions[l].ready_before_step;
+      const StepIndex limit = deadline_limit(l);
+      if (limit <= st) continue;
+      for (size_t j = 0; j < actions.size() && left > 0 && !improved; ++j) {
+        if (actions[j].kind != ActionKind::prefetch || actions[j].tensor == actions[l].tensor) continue;
+        const StepIndex issue = actions[j].after_step, due = actions[j].ready_before_step;
+        if (issue + 1 > st || issue + 1 >= due) continue;  // not resident at st, or cannot move
+        // Issue it later (its tensor is then resident from later on: never against a rule), by
+        // at least enough to be off at st, then by doubling steps.
+        for (StepIndex d = st - issue; issue + d < due && left > 0 && !improved; d *= 2) {
+          std::vector<Action> trial = actions;
+          trial[j].after_step = issue + d;
+          std::vector<int64_t> resident = resident_bytes(g, life, trial);
+          --left;  // as costly as a simulation: counted alike
+          Action& ev = trial[l];
+          while (ev.ready_before_step < limit &&
+                 resident[size_t(ev.ready_before_step)] + ev.bytes <= budget_bytes)
+            resident[size_t(ev.ready_before_step++)] += ev.bytes;
+          if (ev.ready_before_step == st) break;  // no room at st, nor with a later issue
+          if (left <= 0) break;
+          sort_actions(trial);
+          SimResult r = simulate(g, trial, compute_us, mech, device);
+          --left;
+          if (r.step_time_us < sim.step_time_us) {
+            actions.swap(trial);
+            sim = std::move(r);
+            improved = true;
+          }
+        }
+      }
+      if (improved || left <= 0) break;
+    }
   }
   return sim.step_time_us;
 }

@@ -97,4 +97,21 @@ double delay_transfers(const TrainingGraph& graph, const std::vector<double>& co
                        const Mechanism& mechanism, const DeviceProfile& device,
                        std::vector<Action>& actions, int max_simulations);
 
+// A second simulator-judged pass, after delay_transfers: an eviction a step waits for was
+// given that step as its deadline because the budget had no room after it; often the room went
+// to a prefetch issued early for hiding. For each stalled step whose last wait is an evict (the
+// worst stall first), each prefetch whose tensor is resident at that step only because it was
+// issued at or before it is tried issued later (just late enough to be off at that step, then
+// by doubling steps, up to its ready_before_step - 1), and the evict's deadline is then moved
+// as late as the budget (resident_bytes) allows, but not past the tensor's next use nor past
+// the issue of its next prefetch. A change is kept when the simulated step time drops. Both
+// changes keep every rule: the prefetched tensor is resident over fewer steps, the evicted one
+// over more, within the budget, with no use in its new transfer window. At most
+// `max_simulations` simulations and resident-byte counts together. Returns the simulated step
+// time of the actions kept.
+double postpone_for_evictions(const TrainingGraph& graph, const std::vector<Lifetime>& life,
+                              const std::vector<double>& compute_us, const Mechanism& mechanism,
+                              const DeviceProfile& device, int64_t budget_bytes,
+                              std::vector<Action>& actions, int max_simulations);
+
 }  // namespace autovm

@@ -1,0 +1,124 @@
+// postpone_for_evictions (plan/swap_planner.h) on an eleven-step graph whose plan before and
+// after is worked out by hand.
+#include <doctest/doctest.h>
+
+#include "analysis/lifetimes.h"
+#include "plan/baselines.h"
+#include "plan/simulator.h"
+#include "plan/swap_planner.h"
+
+using namespace autovm;
+
+namespace {
+
+// y and x (60 B each) and nine 0-byte links between the steps:
+//   s0: y = A()     s1: l1 = B(y)     s2-s4: l2..l4, each from the one before
+//   s5: x = X(l4)   s6-s7: l6, l7     s8: l8 = H(l7, y)     s9: l9     s10: J(l9, x)
+// y is used at 0, 1 and 8; x at 5 and 10. Budget 100: the two never fit together.
+TrainingGraph eleven_steps() {
+  TrainingGraph g;
+  TensorId y = g.add_tensor("y", TensorKind::activation, DType::u8, {60});
+  TensorId x = g.add_tensor("x", TensorKind::activation, DType::u8, {60});
+  std::vector<TensorId> link(11, kNoTensor);
+  for (int s = 1; s <= 10; ++s) link[size_t(s)] = g.add_tensor("l" + std::to_string(s), TensorKind::activation, DType::u8, {0});
+  auto step = [&](std::vector<TensorId> in, std::vector<TensorId> out) {
+    Step st;
+    st.id = g.step_count();
+    st.op = "Op";
+    st.inputs = std::move(in);
+    st.outputs = std::move(out);
+    g.steps.push_back(st);
+  };
+  step({}, {y});
+  step({y}, {link[1]});
+  for (int s = 2; s <= 4; ++s) step({link[size_t(s - 1)]}, {link[size_t(s)]});
+  step({link[4]}, {x, link[5]});
+  for (int s = 6; s <= 7; ++s) step({link[size_t(s - 1)]}, {link[size_t(s)]});
+  step({link[7], y}, {link[8]});
+  step({link[8]}, {link[9]});
+  step({link[9], x}, {link[10]});
+  return g;
+}
+
+Mechanism duplex_link() {  // 1 byte per microsecond each way, both at once
+  Mechanism m;
+  m.name = "mapped";
+  m.to_host = {0.001, 0};
+  m.to_device = {0.001, 0};
+  m.duplex = true;
+  return m;
+}
+
+Action transfer(ActionKind kind, TensorId t, StepIndex after, StepIndex ready) {
+  Action a;
+  a.kind = kind;
+  a.tensor = t;
+  a.bytes = 60;
+  a.after_step = after;
+  a.ready_before_step = ready;
+  a.mechanism = "mapped";
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("postpone_for_evictions: a prefetch issued early gives up the room an eviction needs") {
+  // 100 us a step. As given: y goes out after step 1 (20-80 us, due before step 5 at 500 us)
+  // and comes back early, after step 5 (600-660 us, resident from step 6); so x, made at step
+  // 5, must be off from step 6: its eviction runs 600-660 us and step 6 waits 60 us for it.
+  // x comes back after step 8 (900+60 -> 960-1020 us), before step 10 (1060 us). 1160 us.
+  // Postponed: y's prefetch issued after step 6 instead (resident from 7, in 760 us, well
+  // before step 8 at 800), x may stay at step 6 (60 B of 100), not at 7 (y is back): its
+  // eviction is due before step 7, runs 600-660 during step 6: no stall, 1100 us.
+  TrainingGraph g = eleven_steps();
+  auto life = compute_lifetimes(g);
+  std::vector<double> c(11, 100);
+  std::vector<Action> actions = {
+      transfer(ActionKind::evict, 0, 1, 5), transfer(ActionKind::prefetch, 0, 5, 8),
+      transfer(ActionKind::evict, 1, 5, 6), transfer(ActionKind::prefetch, 1, 8, 10)};
+  for (int64_t r : resident_bytes(g, life, actions)) CHECK(r <= 100);
+  SimResult before = simulate(g, actions, c, duplex_link(), DeviceProfile{});
+  CHECK(before.step_time_us == doctest::Approx(1160));
+  CHECK(before.stall_before_us[6] == doctest::Approx(60));
+
+  double t = postpone_for_evictions(g, life, c, duplex_link(), DeviceProfile{}, 100, actions, 20);
+  CHECK(t == doctest::Approx(1100));
+  REQUIRE(actions.size() == 4);
+  auto find = [&](ActionKind kind, TensorId tensor) {
+    for (const Action& a : actions)
+      if (a.kind == kind && a.tensor == tensor) return a;
+    FAIL("missing action");
+    return Action{};
+  };
+  CHECK(find(ActionKind::prefetch, 0).after_step == 6);
+  CHECK(find(ActionKind::prefetch, 0).ready_before_step == 8);
+  CHECK(find(ActionKind::evict, 1).after_step == 5);
+  CHECK(find(ActionKind::evict, 1).ready_before_step == 7);
+  CHECK(find(ActionKind::evict, 0).ready_before_step == 5);    // unchanged
+  CHECK(find(ActionKind::prefetch, 1).after_step == 8);        // unchanged
+  for (int64_t r : resident_bytes(g, life, actions)) CHECK(r <= 100);
+  CHECK(simulate(g, actions, c, duplex_link(), DeviceProfile{}).step_time_us == doctest::Approx(1100));
+}
+
+TEST_CASE("postpone_for_evictions: a step that waits for a prefetch is left alone") {
+  // The same graph with y's prefetch issued as late as it can be (after step 7, at 800 us, in
+  // 800-860) and x's eviction due before step 8: step 8 waits 60 us for y, an arrival no
+  // eviction's deadline can help: 1160 us, and the actions stay as they are (given in the
+  // pass's order: by issue step, then deadline).
+  TrainingGraph g = eleven_steps();
+  auto life = compute_lifetimes(g);
+  std::vector<double> c(11, 100);
+  std::vector<Action> actions = {
+      transfer(ActionKind::evict, 0, 1, 5), transfer(ActionKind::evict, 1, 5, 8),
+      transfer(ActionKind::prefetch, 0, 7, 8), transfer(ActionKind::prefetch, 1, 8, 10)};
+  const std::vector<Action> given = actions;
+  double t = postpone_for_evictions(g, life, c, duplex_link(), DeviceProfile{}, 100, actions, 20);
+  CHECK(t == doctest::Approx(1160));
+  REQUIRE(actions.size() == given.size());
+  for (size_t i = 0; i < given.size(); ++i) {
+    CHECK(actions[i].kind == given[i].kind);
+    CHECK(actions[i].tensor == given[i].tensor);
+    CHECK(actions[i].after_step == given[i].after_step);
+    CHECK(actions[i].ready_before_step == given[i].ready_before_step);
+  }
+}
