@@ -177,7 +177,8 @@ void plan_under_budget(Plan& plan) {
   SimResult resident = simulate(g, {}, plan.compute_us, mech, device);
   plan.no_swap_step_time_us = resident.step_time_us;
   StepTimeBound bound = lower_bound(g, plan.lifetimes, plan.timeline.total, plan.compute_us,
-                                    budget, mech, plan.options.movable);
+                                    budget, mech, plan.options.movable,
+                                    plan.options.allow_recompute);
   plan.bound_us = bound.bound_us;
   plan.bound_critical_step = bound.critical_step;
   plan.bound_must_move_bytes = bound.must_move_bytes;

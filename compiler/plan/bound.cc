@@ -3,9 +3,10 @@
 #include "plan/gaps.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <functional>
 #include <limits>
-#include <map>
 #include <numeric>
 
 namespace autovm {
@@ -13,250 +14,556 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Chains of steps that regenerate each tensor off-able at step s (see bound.h).
-class RecomputeCost {
+bool used_at(const Lifetime& l, StepIndex s) {
+  return std::binary_search(l.uses.begin(), l.uses.end(), s);
+}
+
+bool live_at(const Lifetime& l, StepIndex s) {
+  return l.persistent || (l.first <= s && s <= l.last);
+}
+
+// The smallest value over a range of steps in O(1), after O(n log n) (a sparse table).
+class RangeMin {
  public:
-  RecomputeCost(const TrainingGraph& g, const std::vector<Lifetime>& life, StepIndex s,
-                const std::vector<double>& compute_us, MovableKinds movable)
-      : g_(g), life_(life), s_(s), movable_(movable) {
-    std::vector<TensorId> off_able;
-    for (const Tensor& t : g.tensors) {
-      const Lifetime& l = life[size_t(t.id)];
-      if (t.bytes == 0 || !movable.has(t.kind) || l.first > s || l.last < s) continue;
-      if (std::binary_search(l.uses.begin(), l.uses.end(), s)) continue;
-      off_able.push_back(t.id);
+  explicit RangeMin(const std::vector<int64_t>& v) : min_{v} {
+    for (size_t w = 1; 2 * w <= v.size(); w *= 2) {
+      const std::vector<int64_t>& lo = min_.back();
+      std::vector<int64_t> next(v.size() - 2 * w + 1);
+      for (size_t i = 0; i < next.size(); ++i) next[i] = std::min(lo[i], lo[i + w]);
+      min_.push_back(std::move(next));
     }
-    std::map<StepIndex, int> users;  // step -> how many off-able tensors' chains hold it
-    std::vector<std::vector<StepIndex>> chains(off_able.size());
-    for (size_t i = 0; i < off_able.size(); ++i) {
-      if (!chain(off_able[i], chains[i])) {
-        chains[i].clear();
-        items_.push_back({kInf, g.tensor(off_able[i]).bytes});
-        continue;
-      }
-      for (StepIndex q : chains[i]) users[q]++;
-      items_.push_back({0, g.tensor(off_able[i]).bytes});
-    }
-    for (size_t i = 0; i < off_able.size(); ++i)
-      for (StepIndex q : chains[i]) items_[i].cost += compute_us[size_t(q)] / users[q];
-    std::sort(items_.begin(), items_.end(), [](const Item& a, const Item& b) {
-      return a.cost * double(b.bytes) < b.cost * double(a.bytes);
-    });
   }
 
-  // Bytes off-able at s (moved or regenerated).
-  double total() const {
-    double sum = 0;
-    for (const Item& it : items_) sum += double(it.bytes);
-    return sum;
+  // Over [lo, hi], lo <= hi.
+  int64_t operator()(StepIndex lo, StepIndex hi) const {
+    size_t k = size_t(std::bit_width(uint64_t(hi - lo + 1)) - 1);
+    return std::min(min_[k][size_t(lo)], min_[k][size_t(hi) + 1 - (size_t(1) << k)]);
   }
 
-  // Bytes that some chain can regenerate.
-  double capacity() const {
-    double sum = 0;
-    for (const Item& it : items_)
-      if (!std::isinf(it.cost)) sum += double(it.bytes);
-    return sum;
-  }
-
-  // Least compute that regenerates `bytes` bytes (fractional), kInf if it cannot.
-  double operator()(double bytes) const {
-    double time = 0;
-    for (const Item& it : items_) {
-      if (bytes <= 0) break;
-      if (std::isinf(it.cost)) return kInf;
-      double take = std::min(bytes, double(it.bytes));
-      time += it.cost * take / double(it.bytes);
-      bytes -= take;
+  // The last step in [lo, hi] whose value is at most `limit`; lo - 1 when none is.
+  StepIndex last_at_most(StepIndex lo, StepIndex hi, int64_t limit) const {
+    if (lo > hi || (*this)(lo, hi) > limit) return lo - 1;
+    while (lo < hi) {  // some step in [lo, hi] is at most the limit
+      StepIndex mid = lo + (hi - lo + 1) / 2;
+      if ((*this)(mid, hi) <= limit) lo = mid;
+      else hi = mid - 1;
     }
-    return bytes > 0 ? kInf : time;
+    return lo;
   }
 
  private:
-  struct Item {
-    double cost;
-    int64_t bytes;
+  std::vector<std::vector<int64_t>> min_;  // min_[k][i]: over [i, i + 2^k)
+};
+
+// Recomputation (bound.h), worked out once for each piece of each gap of each tensor: a run of
+// steps of the gap over which no input of the tensor's producer dies. Over a piece the chain is
+// taken as it is at the piece's first step p: an input dead by p is dead at every later step,
+// so it has at most the steps of the chain at a later step of the piece and needs at most its
+// inputs resident, and a recompute fits at least as often: a relaxation, which keeps the bound
+// below every plan.
+class Regeneration {
+ public:
+  Regeneration(const TrainingGraph& g, const std::vector<Lifetime>& life,
+               const std::vector<int64_t>& unavoidable, int64_t budget, MovableKinds movable,
+               bool allow_recompute)
+      : g_(g), life_(life), unavoidable_(unavoidable), range_min_(unavoidable), budget_(budget),
+        movable_(movable), pieces_(g.tensors.size()) {
+    if (!allow_recompute) return;
+    for (const Tensor& t : g.tensors) {
+      const Lifetime& l = life[size_t(t.id)];
+      if (t.bytes > 0 && !l.uses.empty() && movable.has(t.kind) && has_producer(t.id))
+        add_pieces(t.id);
+    }
+  }
+
+  // The chain that regenerates x, off at s (live, unused at s, past its first use), before its
+  // next use; nullptr when no recompute can (none fits at any step after s up to that use).
+  const std::vector<StepIndex>* chain_at(TensorId x, StepIndex s) const {
+    const std::vector<Piece>& pieces = pieces_[size_t(x)];
+    auto after = std::upper_bound(pieces.begin(), pieces.end(), s,
+                                  [](StepIndex v, const Piece& p) { return v < p.from; });
+    if (after == pieces.begin()) return nullptr;
+    const Piece& piece = *std::prev(after);
+    return piece.last_fit > s ? &piece.chain : nullptr;
+  }
+
+  // Bytes off-able at each step that no recompute can regenerate (by chain_at), and the
+  // persistent ones; by a difference array over the gaps.
+  std::vector<int64_t> never_regenerated() const {
+    const StepIndex n = g_.step_count();
+    std::vector<int64_t> delta(size_t(n) + 1, 0);
+    auto add = [&](StepIndex from, StepIndex to, int64_t bytes) {
+      if (from > to) return;
+      delta[size_t(from)] += bytes;
+      delta[size_t(to) + 1] -= bytes;
+    };
+    for (const Tensor& t : g_.tensors) {
+      const Lifetime& l = life_[size_t(t.id)];
+      if (t.bytes == 0 || l.uses.empty() || !movable_.has(t.kind)) continue;
+      if (l.persistent) {  // off-able at every step it does not use
+        add(0, n - 1, t.bytes);
+        for (StepIndex u : l.uses) add(u, u, -t.bytes);
+        continue;
+      }
+      const std::vector<Piece>& pieces = pieces_[size_t(t.id)];
+      for (size_t k = 1; k < l.uses.size(); ++k) {  // each gap (a, b)
+        StepIndex a = l.uses[k - 1], b = l.uses[k];
+        auto p = std::lower_bound(pieces.begin(), pieces.end(), a + 1,
+                                  [](const Piece& x, StepIndex v) { return x.from < v; });
+        if (p == pieces.end() || p->from != a + 1) add(a + 1, b - 1, t.bytes);  // no chain
+        for (; p != pieces.end() && p->from < b; ++p) {
+          auto next = std::next(p);
+          StepIndex to = next != pieces.end() && next->from < b ? next->from - 1 : b - 1;
+          add(std::max(p->from, p->last_fit), to, t.bytes);  // regenerable while s < last_fit
+        }
+      }
+    }
+    std::vector<int64_t> out(delta.size() - 1);
+    int64_t run = 0;
+    for (size_t s = 0; s < out.size(); ++s) out[s] = run += delta[s];
+    return out;
+  }
+
+ private:
+  struct Piece {
+    StepIndex from = 0;      // first step of the piece
+    StepIndex last_fit = 0;  // last step t (<= next use) before which one fits; `from` if none
+    std::vector<StepIndex> chain;
   };
 
-  // Steps that must run again to regenerate t after s: its producer and, for each input dead
-  // by s, that input's chain. False when t has no producer that can run again.
-  bool chain(TensorId t, std::vector<StepIndex>& steps) const {
+  // Inputs of a chain's steps, resident where it runs: there as temporaries, or live, and then
+  // not in unavoidable() unless used there. `until`: the last step where all of them can be.
+  struct Needs {
+    std::vector<TensorId> inputs;
+    int64_t bytes = 0;
+    StepIndex until = std::numeric_limits<StepIndex>::max();
+  };
+
+  // A step that may run again makes t: not persistent, an input or label, or made by a step
+  // that is not a forward one, or by a dropout (random).
+  bool has_producer(TensorId t) const {
     const Lifetime& l = life_[size_t(t)];
     const Tensor& tensor = g_.tensor(t);
     if (l.persistent || tensor.kind == TensorKind::input || tensor.kind == TensorKind::label)
       return false;
     const Step& p = g_.step(l.first);
-    if (p.phase != Phase::forward || p.op == "Dropout") return false;
+    return p.phase == Phase::forward && p.op != "Dropout";
+  }
+
+  // The pieces of x's gaps: each gap (a, b) is cut where an input of x's producer dies.
+  void add_pieces(TensorId x) {
+    const Lifetime& l = life_[size_t(x)];
+    std::vector<StepIndex> deaths;
+    for (TensorId in : g_.step(l.first).inputs)
+      if (!life_[size_t(in)].persistent) deaths.push_back(life_[size_t(in)].last + 1);
+    std::sort(deaths.begin(), deaths.end());
+    for (size_t k = 1; k < l.uses.size(); ++k) {
+      StepIndex a = l.uses[k - 1], b = l.uses[k];
+      if (b == a + 1) continue;
+      std::vector<StepIndex> starts = {a + 1};
+      for (StepIndex d : deaths)
+        if (starts.back() < d && d < b) starts.push_back(d);
+      for (StepIndex p : starts) {
+        Piece piece;
+        piece.from = piece.last_fit = p;
+        if (chain(x, p, piece.chain))
+          piece.last_fit = last_fit(x, b, needs_of(x, piece.chain, p), p + 1, b);
+        else
+          piece.chain.clear();
+        pieces_[size_t(x)].push_back(std::move(piece));
+      }
+    }
+  }
+
+  // The steps that re-run to make t at a step after `after`: t's producer and, for each of its
+  // inputs whose lifetime ends by `after`, that input's chain. False when some tensor on the
+  // way cannot be made again.
+  bool chain(TensorId t, StepIndex after, std::vector<StepIndex>& steps) const {
+    if (!has_producer(t)) return false;
+    const Step& p = g_.step(life_[size_t(t)].first);
     if (std::find(steps.begin(), steps.end(), p.id) != steps.end()) return true;
     steps.push_back(p.id);
     for (TensorId in : p.inputs) {
       const Lifetime& li = life_[size_t(in)];
-      if (li.persistent || li.last >= s_) continue;  // still there after s
+      if (li.persistent || li.last > after) continue;  // still there after `after`
       if (!movable_.has(g_.tensor(in).kind)) return false;  // no recompute may make it
-      if (steps.size() > 64 || !chain(in, steps)) return false;
+      if (steps.size() > 64) continue;  // a longer chain costs at least these steps
+      if (!chain(in, after, steps)) return false;
     }
     return true;
   }
 
+  Needs needs_of(TensorId x, const std::vector<StepIndex>& steps, StepIndex after) const {
+    Needs n;
+    for (StepIndex q : steps)
+      for (TensorId in : g_.step(q).inputs) n.inputs.push_back(in);
+    std::sort(n.inputs.begin(), n.inputs.end());
+    n.inputs.erase(std::unique(n.inputs.begin(), n.inputs.end()), n.inputs.end());
+    std::erase_if(n.inputs, [&](TensorId y) { return y == x || g_.tensor(y).bytes == 0; });
+    for (TensorId y : n.inputs) {
+      const Lifetime& ly = life_[size_t(y)];
+      bool movable = movable_.has(g_.tensor(y).kind);
+      // One that dies after `after` and cannot be a temporary must be live where the chain runs.
+      if (!ly.persistent && ly.last > after && (!movable || !has_producer(y)))
+        n.until = std::min(n.until, ly.last);
+      if (movable) n.bytes += g_.tensor(y).bytes;  // the others count in unavoidable() when live
+    }
+    return n;
+  }
+
+  // The last step t in [lo, hi] (hi <= u, x's next use) before which a recompute fits, lo - 1
+  // when none: unavoidable(t) + x (unless used at t) + the chain's movable inputs not used at t
+  // <= budget.
+  StepIndex last_fit(TensorId x, StepIndex u, const Needs& n, StepIndex lo, StepIndex hi) const {
+    hi = std::min(hi, n.until);
+    if (lo > hi) return lo - 1;
+    auto fits = [&](StepIndex t) {
+      int64_t need = used_at(life_[size_t(x)], t) ? 0 : g_.tensor(x).bytes;
+      for (TensorId y : n.inputs)
+        if (movable_.has(g_.tensor(y).kind) && !used_at(life_[size_t(y)], t))
+          need += g_.tensor(y).bytes;
+      return unavoidable_[size_t(t)] + need <= budget_;
+    };
+    if (hi == u && fits(u)) return u;
+    // Off the uses of the inputs (and before u) the need is the most it can be; at their uses,
+    // less.
+    StepIndex last = range_min_.last_at_most(lo, std::min(hi, u - 1),
+                                             budget_ - g_.tensor(x).bytes - n.bytes);
+    last = std::max(last, lo - 1);
+    for (TensorId y : n.inputs) {
+      const auto& uses = life_[size_t(y)].uses;
+      for (auto it = std::upper_bound(uses.begin(), uses.end(), last);
+           it != uses.end() && *it <= hi; ++it)
+        if (fits(*it)) last = *it;
+    }
+    return last;
+  }
+
   const TrainingGraph& g_;
   const std::vector<Lifetime>& life_;
-  StepIndex s_;
+  const std::vector<int64_t>& unavoidable_;
+  RangeMin range_min_;
+  int64_t budget_;
   MovableKinds movable_;
-  std::vector<Item> items_;
+  std::vector<std::vector<Piece>> pieces_;  // by tensor, in step order
+};
+
+// Each tensor off-able at step s (bound.h): bytes, the step after which it may start leaving
+// (its last use before s; -1 when it need not leave before s), the step before which it must
+// be back (its next use after s; n when it need not come back after s), and the compute that
+// regenerates it (infinite when nothing can).
+struct OffAble {
+  int64_t bytes = 0;
+  StepIndex release = -1;
+  StepIndex deadline = 0;
+  double cost = kInf;
+};
+
+std::vector<OffAble> off_able_at(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                                 StepIndex s, const std::vector<double>& compute_us,
+                                 const Regeneration& regeneration, MovableKinds movable) {
+  std::vector<OffAble> items;
+  std::vector<const std::vector<StepIndex>*> chains;  // null: not regenerable
+  std::vector<int> users(size_t(g.step_count()), 0);  // off-able tensors whose chain holds a step
+  for (const Tensor& t : g.tensors) {
+    const Lifetime& l = life[size_t(t.id)];
+    // Off-able: live, movable, unused at s and covered by a gap there (gaps.h), so that the
+    // off-able bytes are live(s) - unavoidable(s).
+    if (t.bytes == 0 || !movable.has(t.kind) || !live_at(l, s) || l.uses.empty() || used_at(l, s))
+      continue;
+    if (!l.persistent && l.uses.front() > s) continue;  // before its first use: unavoidable
+    OffAble item;
+    item.bytes = t.bytes;
+    auto next = std::upper_bound(l.uses.begin(), l.uses.end(), s);
+    item.release = next == l.uses.begin() ? -1 : *std::prev(next);
+    item.deadline = next == l.uses.end() ? g.step_count() : *next;
+    const std::vector<StepIndex>* chain = regeneration.chain_at(t.id, s);
+    if (chain) {
+      item.cost = 0;
+      for (StepIndex q : *chain) users[size_t(q)]++;
+    }
+    items.push_back(item);
+    chains.push_back(chain);
+  }
+  for (size_t i = 0; i < items.size(); ++i)
+    if (chains[i])
+      for (StepIndex q : *chains[i]) items[i].cost += compute_us[size_t(q)] / users[size_t(q)];
+  return items;
+}
+
+// Least compute that regenerates `bytes` of the off-able tensors (a fractional knapsack, the
+// cheapest per byte first), infinite when it cannot.
+class RecomputeCost {
+ public:
+  explicit RecomputeCost(std::vector<OffAble> items) {
+    std::erase_if(items, [](const OffAble& it) { return std::isinf(it.cost); });
+    std::sort(items.begin(), items.end(), [](const OffAble& a, const OffAble& b) {
+      return a.cost * double(b.bytes) < b.cost * double(a.bytes);
+    });
+    bytes_.push_back(0);
+    time_.push_back(0);
+    for (const OffAble& it : items) {
+      bytes_.push_back(bytes_.back() + double(it.bytes));
+      time_.push_back(time_.back() + it.cost);
+      rate_.push_back(it.cost / double(it.bytes));
+    }
+  }
+
+  double operator()(double bytes) const {
+    if (bytes <= 0) return 0;
+    if (bytes > bytes_.back()) return kInf;
+    // The item that `bytes` ends in: all before it whole, a share of it.
+    auto end = std::lower_bound(bytes_.begin() + 1, bytes_.end(), bytes);
+    size_t k = size_t(end - bytes_.begin()) - 1;
+    return time_[k] + (bytes - bytes_[k]) * rate_[k];
+  }
+
+ private:
+  std::vector<double> bytes_, time_;  // prefix sums over the items in order
+  std::vector<double> rate_;          // each item's compute per byte
+};
+
+// Least time a link needs to carry `bytes` of the off-able tensors within their windows
+// (bound.h): the largest over terms k of fixed_k + max(0, bytes - free_k) / bandwidth.
+class LinkCurve {
+ public:
+  LinkCurve(double bandwidth_gbps) : per_byte_(1 / (bandwidth_gbps * 1e3)) {}
+  void add(double fixed_us, double free_bytes) { terms_.push_back({fixed_us, free_bytes}); }
+
+  // Terms by free bytes: those at most `bytes` grow with it, the others are their fixed part.
+  void done() {
+    std::sort(terms_.begin(), terms_.end(),
+              [](const Term& a, const Term& b) { return a.free_bytes < b.free_bytes; });
+    for (const Term& k : terms_)
+      growing_.push_back(std::max(growing_.empty() ? -kInf : growing_.back(),
+                                  k.fixed_us - k.free_bytes * per_byte_));
+    fixed_after_.assign(terms_.size() + 1, 0);
+    for (size_t k = terms_.size(); k-- > 0;)
+      fixed_after_[k] = std::max(fixed_after_[k + 1], terms_[k].fixed_us);
+  }
+
+  double operator()(double bytes) const {
+    size_t k = size_t(std::upper_bound(terms_.begin(), terms_.end(), bytes,
+                                       [](double b, const Term& t) { return b < t.free_bytes; }) -
+                      terms_.begin());  // terms [0, k) have free_bytes <= bytes
+    double t = fixed_after_[k];
+    if (k > 0) t = std::max(t, growing_[k - 1] + bytes * per_byte_);
+    return t;
+  }
+
+ private:
+  struct Term {
+    double fixed_us, free_bytes;
+  };
+  double per_byte_;
+  std::vector<Term> terms_;
+  std::vector<double> growing_;      // prefix max of fixed - free * per_byte
+  std::vector<double> fixed_after_;  // suffix max of fixed
 };
 
 // The forced stall before each step b (bound.h): max(F(b), D(b)), F(b) the to-device time of
 // the tensors that can only arrive at b by a prefetch issued when step b-1 finishes, D(b) the
 // to-host time of those that can only leave at b by an eviction issued then.
-std::vector<double> forced_arrival_us(const TrainingGraph& g, const std::vector<Lifetime>& life,
-                                      int64_t budget, const Mechanism& mech,
-                                      MovableKinds movable) {
+std::vector<double> forced_stall_us(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                                    const std::vector<int64_t>& unavoidable, int64_t budget,
+                                    const Mechanism& mech, const Regeneration& regeneration,
+                                    MovableKinds movable) {
   const StepIndex n = g.step_count();
   std::vector<double> forced(size_t(n), 0);
-  std::vector<int64_t> unavoidable = unavoidable_bytes(g, life, movable);
-  auto used_at = [&](TensorId t, StepIndex s) {
-    const auto& u = life[size_t(t)].uses;
-    return std::binary_search(u.begin(), u.end(), s);
-  };
-  auto live_at = [&](TensorId t, StepIndex s) {
-    const Lifetime& l = life[size_t(t)];
-    return l.persistent || (l.first <= s && s <= l.last);
-  };
-  // Least bytes a recompute of t before step b must make as temporaries; -1 when no recompute
-  // can regenerate t (bound.h: no producer that can run again).
-  auto temporaries = [&](TensorId t, StepIndex b) -> int64_t {
-    const Lifetime& l = life[size_t(t)];
-    const Tensor& tensor = g.tensor(t);
-    if (l.persistent || tensor.kind == TensorKind::input || tensor.kind == TensorKind::label)
-      return -1;
-    const Step& p = g.step(l.first);
-    if (p.phase != Phase::forward || p.op == "Dropout") return -1;
-    std::vector<TensorId> touched = p.inputs;
-    touched.insert(touched.end(), p.outputs.begin(), p.outputs.end());
-    std::sort(touched.begin(), touched.end());
-    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-    int64_t bytes = 0;
-    for (TensorId y : touched) {
-      if (y == t || live_at(y, b)) continue;
-      if (!movable.has(g.tensor(y).kind)) return -1;  // no recompute may make it
-      bytes += g.tensor(y).bytes;
-    }
-    return bytes;
-  };
-  for (StepIndex b = 1; b < n; ++b) {
-    const Step& step = g.step(b);
-    int64_t arriving = 0;  // bytes that cannot be regenerated at b and may be off at b-1
-    std::vector<TensorId> used = step.inputs;
+  std::vector<TensorId> used;
+  auto uses_of = [&](const Step& step) {
+    used.assign(step.inputs.begin(), step.inputs.end());
     used.insert(used.end(), step.outputs.begin(), step.outputs.end());
     std::sort(used.begin(), used.end());
     used.erase(std::unique(used.begin(), used.end()), used.end());
+  };
+  for (StepIndex b = 1; b < n; ++b) {
+    uses_of(g.step(b));
+    int64_t arriving = 0;  // bytes that cannot be regenerated at b and may be off at b-1
+    double f = 0;
     for (TensorId x : used) {
       int64_t bytes = g.tensor(x).bytes;
       const Lifetime& l = life[size_t(x)];
       // Not resident at b-1 only if off there: x is live at b-1, unused there, and a gap
       // covers b-1 (a non-persistent tensor before its first use is in unavoidable(b-1)).
-      if (bytes == 0 || used_at(x, b - 1) || !(l.persistent || l.first < b)) continue;
+      if (bytes == 0 || used_at(l, b - 1) || !(l.persistent || l.first < b)) continue;
       if (!movable.has(g.tensor(x).kind)) continue;  // resident throughout: never arrives
       if (!l.persistent && l.uses.front() >= b) continue;
-      int64_t made = temporaries(x, b);
-      if (made >= 0 && unavoidable[size_t(b)] + made <= budget) continue;  // may be regenerated
+      if (regeneration.chain_at(x, b - 1)) continue;  // a recompute can make it before b
       arriving += bytes;
       if (unavoidable[size_t(b - 1)] + bytes <= budget) continue;  // may be resident at b-1
-      forced[size_t(b)] += mech.to_device.time_us(bytes);
+      f += mech.to_device.time_us(bytes);
     }
     // Together: at most the room at b-1 of them is resident there; the rest arrives.
     int64_t room = std::max<int64_t>(0, budget - unavoidable[size_t(b - 1)]);
     if (arriving > room)
-      forced[size_t(b)] = std::max(forced[size_t(b)], double(arriving - room) /
-                                                          (mech.to_device.bandwidth_gbps * 1e3));
-  }
-  // Forced departures: x used at b-1, live at b and unused there, that nothing can regenerate,
-  // with unavoidable(b) + bytes(x) > budget.
-  std::vector<double> departing(size_t(n), 0);
-  std::vector<TensorId> used;
-  for (StepIndex b = 1; b < n; ++b) {
-    const Step& step = g.step(b - 1);
-    used.assign(step.inputs.begin(), step.inputs.end());
-    used.insert(used.end(), step.outputs.begin(), step.outputs.end());
-    std::sort(used.begin(), used.end());
-    used.erase(std::unique(used.begin(), used.end()), used.end());
+      f = std::max(f, double(arriving - room) / (mech.to_device.bandwidth_gbps * 1e3));
+    // Forced departures: x used at b-1, live at b and unused there, that no recompute can make
+    // again before its next use, with unavoidable(b) + bytes(x) > budget.
+    uses_of(g.step(b - 1));
     int64_t leaving = 0;  // bytes that cannot be regenerated and cannot all stay at b
+    double d = 0;
     for (TensorId x : used) {
       int64_t bytes = g.tensor(x).bytes;
-      if (bytes == 0 || !movable.has(g.tensor(x).kind) || used_at(x, b) || !live_at(x, b)) continue;
-      if (temporaries(x, b) >= 0) continue;  // a producer that may run again: maybe regenerated
+      const Lifetime& l = life[size_t(x)];
+      if (bytes == 0 || !movable.has(g.tensor(x).kind) || used_at(l, b) || !live_at(l, b)) continue;
+      if (regeneration.chain_at(x, b)) continue;  // may be discarded at b and regenerated
       leaving += bytes;
       if (unavoidable[size_t(b)] + bytes <= budget) continue;  // may stay resident at b
-      departing[size_t(b)] += mech.to_host.time_us(bytes);
+      d += mech.to_host.time_us(bytes);
     }
     // Together: at most the room at b of them stays resident; the rest leaves.
-    int64_t room = std::max<int64_t>(0, budget - unavoidable[size_t(b)]);
+    room = std::max<int64_t>(0, budget - unavoidable[size_t(b)]);
     if (leaving > room)
-      departing[size_t(b)] = std::max(departing[size_t(b)], double(leaving - room) /
-                                                                (mech.to_host.bandwidth_gbps * 1e3));
+      d = std::max(d, double(leaving - room) / (mech.to_host.bandwidth_gbps * 1e3));
+    forced[size_t(b)] = std::max(f, d);
   }
-  for (size_t s = 0; s < forced.size(); ++s) forced[s] = std::max(forced[s], departing[s]);
   return forced;
+}
+
+// Sums of compute and of forced stalls before and after a step.
+struct Prefix {
+  std::vector<double> compute;  // compute[s]: C over steps [0, s)
+  std::vector<double> stall;    // stall[s]: F over steps [0, s)
+  double compute_to(StepIndex s) const { return compute[size_t(s)]; }  // [0, s)
+  double compute_from(StepIndex s) const { return compute.back() - compute[size_t(s)]; }  // [s, n)
+  double stall_to(StepIndex s) const { return stall[size_t(s)]; }
+  double stall_from(StepIndex s) const { return stall.back() - stall[size_t(s)]; }
+};
+
+// bound(s) (bound.h): the least over M of Dep(M) + c_s + max(C_>s + F_>s + Rc(E - M), Arr(M)).
+double step_bound(StepIndex s, double e, const std::vector<OffAble>& items,
+                  const std::vector<double>& compute_us, const Prefix& sum, const Mechanism& mech) {
+  const StepIndex n = StepIndex(compute_us.size());
+  std::vector<std::pair<StepIndex, double>> by_release, by_deadline;  // (step, bytes)
+  double total = 0, capacity = 0;
+  for (const OffAble& it : items) {
+    by_release.emplace_back(it.release, double(it.bytes));
+    by_deadline.emplace_back(it.deadline, double(it.bytes));
+    total += double(it.bytes);
+    if (!std::isinf(it.cost)) capacity += double(it.bytes);
+  }
+  std::sort(by_release.begin(), by_release.end());
+  std::sort(by_deadline.begin(), by_deadline.end(), std::greater<>());
+  // Departures: the M bytes that left earliest; those after release j leave after step j ends.
+  LinkCurve departure(mech.to_host.bandwidth_gbps), arrival(mech.to_device.bandwidth_gbps);
+  departure.add(sum.compute_to(s) + sum.stall_to(s + 1), kInf);
+  double earlier = 0;  // bytes released before j (or free to leave)
+  for (size_t k = 0; k < by_release.size(); ++k) {
+    auto [j, bytes] = by_release[k];
+    if (j >= 0 && (k == 0 || by_release[k - 1].first != j))
+      departure.add(sum.compute_to(j + 1) + sum.stall_to(j + 1), earlier);
+    earlier += bytes;
+  }
+  // Arrivals: the M bytes due latest; those due by j arrive before step j starts.
+  double later = 0;  // bytes due after j (or never back within the step)
+  for (size_t k = 0; k < by_deadline.size(); ++k) {
+    auto [j, bytes] = by_deadline[k];
+    if (j < n && (k == 0 || by_deadline[k - 1].first != j))
+      arrival.add(sum.compute_from(j) + sum.stall_from(j + 1), later);
+    later += bytes;
+  }
+  departure.done();
+  arrival.done();
+  RecomputeCost rc(items);
+  double c_after = sum.compute_from(s + 1) + sum.stall_from(s + 1);
+  auto time = [&](double moved) {
+    return departure(moved) + compute_us[size_t(s)] +
+           std::max(c_after + rc(e - moved), arrival(moved));
+  };
+  // At least e - capacity bytes must be moved, at most what may move; on the rest time() is
+  // finite and convex. (lo <= hi whenever the budget is feasible: gaps.h.)
+  double lo = std::max(0.0, e - capacity), hi = std::max(lo, std::min(e, total));
+  for (int i = 0; i < 100 && hi - lo > 0.5; ++i) {
+    double m1 = lo + (hi - lo) / 3, m2 = hi - (hi - lo) / 3;
+    if (time(m1) <= time(m2)) hi = m2;
+    else lo = m1;
+  }
+  return std::min(time(lo), time(hi));
+}
+
+// The over-budget steps whose bound(s) is worked out (bound.h): the kTopSteps with the most
+// excess; the kTopSteps whose excess takes longest to move past the compute and stalls before
+// them, and likewise after them; the kTopSteps where the bytes that must move (the excess beyond
+// the regenerable ones; `never`: the off-able bytes no recompute can make) take longest both
+// ways; and the steps b-1 and b around each forced stall before b. Sorted, no repeats.
+std::vector<StepIndex> candidate_steps(const std::vector<int64_t>& live, int64_t budget,
+                                       const std::vector<int64_t>& unavoidable,
+                                       const std::vector<int64_t>& never,
+                                       const std::vector<double>& forced, const Prefix& sum,
+                                       const Mechanism& mech) {
+  constexpr size_t kTopSteps = 16;
+  const StepIndex n = StepIndex(forced.size());
+  std::vector<StepIndex> over;
+  for (StepIndex s = 0; s < n; ++s)
+    if (live[size_t(s)] > budget) over.push_back(s);
+  std::vector<StepIndex> picked;
+  auto top = [&](auto score) {
+    std::vector<StepIndex> by = over;
+    std::stable_sort(by.begin(), by.end(),
+                     [&](StepIndex x, StepIndex y) { return score(x) > score(y); });
+    by.resize(std::min(kTopSteps, by.size()));
+    picked.insert(picked.end(), by.begin(), by.end());
+  };
+  auto excess = [&](StepIndex s) { return double(live[size_t(s)] - budget); };
+  // The off-able bytes are live(s) - unavoidable(s).
+  auto moved = [&](StepIndex s) {
+    int64_t may_regenerate = live[size_t(s)] - unavoidable[size_t(s)] - never[size_t(s)];
+    return std::max(0.0, excess(s) - double(may_regenerate));
+  };
+  double to_host = mech.to_host.bandwidth_gbps * 1e3;  // bytes per us
+  double to_device = mech.to_device.bandwidth_gbps * 1e3;
+  auto before = [&](StepIndex s) { return sum.compute_to(s) + sum.stall_to(s + 1); };
+  auto after = [&](StepIndex s) { return sum.compute_from(s + 1) + sum.stall_from(s + 1); };
+  top(excess);
+  top([&](StepIndex s) { return excess(s) / to_host - before(s); });
+  top([&](StepIndex s) { return excess(s) / to_device - after(s); });
+  top([&](StepIndex s) {
+    return std::max(before(s), moved(s) / to_host) + std::max(after(s), moved(s) / to_device);
+  });
+  for (StepIndex s : over)
+    if (forced[size_t(s)] > 0 || (s + 1 < n && forced[size_t(s) + 1] > 0)) picked.push_back(s);
+  std::sort(picked.begin(), picked.end());
+  picked.erase(std::unique(picked.begin(), picked.end()), picked.end());
+  return picked;
 }
 
 }  // namespace
 
 StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& life,
                           const std::vector<int64_t>& live, const std::vector<double>& compute_us,
-                          int64_t budget, const Mechanism& mech, MovableKinds movable) {
+                          int64_t budget, const Mechanism& mech, MovableKinds movable,
+                          bool allow_recompute) {
   StepTimeBound b;
   size_t n = std::min(live.size(), compute_us.size());
-  std::vector<double> before(n + 1, 0);
-  for (size_t s = 0; s < n; ++s) before[s + 1] = before[s] + compute_us[s];
-  b.compute_us = before[n];
+  Prefix sum;
+  sum.compute.assign(n + 1, 0);
+  for (size_t s = 0; s < n; ++s) sum.compute[s + 1] = sum.compute[s] + compute_us[s];
+  b.compute_us = sum.compute[n];
   b.bound_us = b.compute_us;
   // Within the budget at every step nothing is over it, and nothing is forced (unavoidable
   // bytes never exceed the live ones): the bound is the compute.
-  if (std::all_of(live.begin(), live.begin() + std::ptrdiff_t(n), [&](int64_t v) { return v <= budget; }))
+  if (std::all_of(live.begin(), live.begin() + std::ptrdiff_t(n),
+                  [&](int64_t v) { return v <= budget; }))
     return b;
-  std::vector<double> forced = forced_arrival_us(g, life, budget, mech, movable);
-  std::vector<double> forced_before(n + 1, 0);  // F over steps [0, s]
-  for (size_t s = 0; s < n; ++s) forced_before[s + 1] = forced_before[s] + forced[s];
-  b.forced_stall_us = forced_before[n];
+  std::vector<int64_t> unavoidable = unavoidable_bytes(g, life, movable);
+  Regeneration regeneration(g, life, unavoidable, budget, movable, allow_recompute);
+  std::vector<double> forced =
+      forced_stall_us(g, life, unavoidable, budget, mech, regeneration, movable);
+  sum.stall.assign(n + 1, 0);
+  for (size_t s = 0; s < n; ++s) sum.stall[s + 1] = sum.stall[s] + forced[s];
+  b.forced_stall_us = sum.stall[n];
   b.bound_us = b.compute_us + b.forced_stall_us;
 
-  std::vector<size_t> over;
-  for (size_t s = 0; s < n; ++s)
-    if (live[s] > budget) over.push_back(s);
-  std::sort(over.begin(), over.end(), [&](size_t x, size_t y) {
-    return live[x] != live[y] ? live[x] > live[y] : x < y;
-  });
-  if (over.size() > 16) over.resize(16);
-  // And the steps around a forced arrival b (b-1 and b), where the budget is tightest.
-  for (size_t s = 0; s < n; ++s) {
-    bool near = forced[s] > 0 || (s + 1 < n && forced[s + 1] > 0);
-    if (near && live[s] > budget && std::find(over.begin(), over.end(), s) == over.end())
-      over.push_back(s);
-  }
-
-  for (size_t s : over) {
-    double e = double(live[s] - budget);
-    if (e <= 0) continue;
-    double c_before = before[s] + forced_before[s + 1];
-    double c_after = before[n] - before[s + 1] + forced_before[n] - forced_before[s + 1];
-    RecomputeCost rc(g, life, StepIndex(s), compute_us, movable);
-    auto time = [&](double moved) {
-      double start = std::max(c_before, moved / (mech.to_host.bandwidth_gbps * 1e3));
-      return start + compute_us[s] +
-             std::max(c_after + rc(e - moved), moved / (mech.to_device.bandwidth_gbps * 1e3));
-    };
-    // At least e - capacity bytes must be moved, at most what may move; on the rest time() is
-    // finite and convex. (lo <= hi whenever the budget is feasible: gaps.h.)
-    double lo = std::max(0.0, e - rc.capacity()), hi = std::max(lo, std::min(e, rc.total()));
-    for (int i = 0; i < 200; ++i) {
-      double m1 = lo + (hi - lo) / 3, m2 = hi - (hi - lo) / 3;
-      if (time(m1) <= time(m2)) hi = m2;
-      else lo = m1;
-    }
-    double t = std::min(time(lo), time(hi));
+  std::vector<StepIndex> steps = candidate_steps(
+      live, budget, unavoidable, regeneration.never_regenerated(), forced, sum, mech);
+  for (StepIndex s : steps) {
+    double e = double(live[size_t(s)] - budget);
+    auto items = off_able_at(g, life, s, compute_us, regeneration, movable);
+    double t = step_bound(s, e, items, compute_us, sum, mech);
     if (t > b.bound_us) {
       b.bound_us = t;
-      b.critical_step = StepIndex(s);
+      b.critical_step = s;
       b.must_move_bytes = int64_t(e);
     }
   }

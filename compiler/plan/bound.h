@@ -1,21 +1,54 @@
 // Contract: a lower bound on the training step's time under a budget, which no plan in the
 // execution model (docs/execution-model.md) beats: moving tensors, recomputing single steps or
-// whole chains (checkpointing), in any mix.
+// whole chains (checkpointing), in any mix; only moving when allow_recompute is false.
 //
-// Derivation. c_k is step k's compute time, C = sum c_k, C_<s and C_>s the sums before and
-// after s. At step s, E(s) = live(s) - budget bytes must be off the GPU. Each is either moved
-// or regenerated:
-//   - moved bytes M were evicted before s started and are prefetched after s finished, so
-//       start(s) >= max(C_<s, M / bw_to_host),   end >= start(s) + c_s + M / bw_to_device;
-//   - the other E - M bytes are regenerated after s by re-running their producers, and any
-//     producer input that died before s, recursively (a chain). The compute this adds is at
-//     least Rc(E - M): a fractional knapsack over the tensors off-able at s, each costed at
-//     the sum over its chain's steps of c_q / (number of those tensors whose chain holds q),
-//     so that shared steps are never counted twice. Tensors nothing can regenerate (inputs,
-//     persistent state) have infinite cost.
-//   bound(s) = min over M in [0, E] of
-//       max(C_<s, M/bw_to_host) + c_s + max(C_>s + Rc(E - M), M/bw_to_device)
-// The function is convex in M, so a ternary search finds the minimum.
+// Notation. c_k is step k's compute time, C = sum c_k, C_<s, C_<=s, C_>s, C_>=s its sums over
+// the steps before s, up to s, and so on. At step s, E(s) = live(s) - budget bytes must be off
+// the GPU. They come from the off-able tensors: live at s, of a movable kind, unused at s and
+// covered there by a gap (gaps.h), live(s) - unavoidable(s) bytes in all. Over its off interval
+// that holds s, each off tensor x is either
+//   - moved: an `evict` starts the interval and a `prefetch` ends it (rule 4). By rule 3 the
+//     evict is issued when a step >= r(x) ends, r(x) (x's release) its last use before s, and
+//     is complete before s starts; the prefetch is issued when a step >= s ends and is
+//     complete before step d(x) (x's deadline), its next use after s, starts. A persistent
+//     tensor kept on the host between training steps (rule 4) need not leave before s when s
+//     comes before its first use (no release), nor come back after s when s comes after its
+//     last use (no deadline);
+//   - or regenerated: a `discard` starts the interval and a `recompute` due before a step t in
+//     [s+1, d(x)] ends it.
+//
+// Recompute feasibility. Making x before step t re-runs its chain: its producer and, for each
+// input whose lifetime has ended, that input's chain (inputs dead by s are dead at t > s). No
+// chain exists for a tensor whose producer cannot run again (persistent, an input or label,
+// made by a step that is not a forward one, or by a dropout), nor through a dead input of a kind
+// that may not move. Rule 5 makes every input of every step of the chain resident at t: as a
+// temporary, or live, and then not in unavoidable(t) unless t uses it; and x is resident from t.
+// So the recompute needs
+//     unavoidable(t) + bytes(x) (unless t uses x) + the movable inputs t does not use <= budget,
+// and t <= last(y) for each input y that dies after s and cannot be a temporary. x is
+// regenerable at s when some t in [s+1, d(x)] passes: only then may a `discard` take it off at s.
+// (Worked out once per piece of a gap, a run of steps where no input of x's producer dies, with
+// the chain as at the piece's first step: no longer and needing no more than at any later step
+// of the piece, so that only more recomputes pass.)
+//
+// bound(s). Let M bytes be moved and E - M regenerated. The evicts of the moved bytes run on the
+// one to-host queue, those released at j or later after step j ends; the prefetches on the one
+// to-device queue after s ends, those due by j before j starts. So
+//   start(s) >= Dep(M) = max(C_<s + F_<=s, max over releases j of
+//                              C_<=j + F_<=j + (moved bytes released at j or later) / bw_to_host)
+//   end - end(s) >= max(C_>s + F_>s + Rc(E - M), Arr(M)),
+//   Arr(M) = max over deadlines j of (moved bytes due by j) / bw_to_device + C_>=j + F_>j,
+// and Rc(E - M) is the least compute that regenerates E - M bytes: a fractional knapsack over
+// the regenerable off-able tensors, each costed at the sum over its chain's steps of c_q /
+// (number of those tensors whose chain holds q), so that shared steps are never counted twice;
+// infinite beyond them. (F is the forced stall, below.) A plan picks its tensors once; the
+// bound picks them for each term on its own, at best: for Dep the M bytes without or with the
+// earliest release, for Arr the M without or with the latest deadline, for Rc the cheapest.
+// That only lowers it:
+//   bound(s) = min over M in [max(0, E - regenerable), min(E, off-able)] of
+//       Dep(M) + c_s + max(C_>s + F_>s + Rc(E - M), Arr(M)).
+// Each part is convex in M (maxima of convex functions; Rc(E - M) convex as the knapsack fills
+// the cheapest bytes first), so a ternary search finds the minimum.
 //
 // Forced arrivals. unavoidable(s) (plan/gaps.h) is resident at s under every plan. A tensor x
 // used at step b, not used at b-1, live at b-1 and covered there by a gap (so not counted in
@@ -23,53 +56,51 @@
 // resident at b, so it becomes resident exactly at b, in one of two ways (execution-model.md):
 //   - a prefetch with after_step = b-1 (an earlier one would make x resident at b-1) and
 //     ready_before_step = b: issued when b-1 finishes, and step b waits for it;
-//   - a recompute before b: its source step p (x's producer) runs with its inputs resident at
-//     b, and its inputs and outputs whose lifetime has ended by b are temporaries at b. Those
-//     are not in unavoidable(b) (not live at b), so the recompute needs
-//     unavoidable(b) + T(x, b) <= budget, T(x, b) the bytes of p's inputs and other outputs not
-//     live at b; impossible too when x cannot be regenerated at all (as above).
-// When neither recompute is possible, x is forced: every such x at b is a prefetch issued at
-// the end of b-1 that b waits for, all on the one to-device queue, so the compute stream stalls
-// before b at least F(b) = sum of to_device.time_us(bytes(x)) over them.
+//   - a recompute before b, which needs the test above to pass at t = b.
+// When no recompute can, x is forced: every such x at b is a prefetch issued at the end of b-1
+// that b waits for, all on the one to-device queue, so the compute stream stalls before b at
+// least F(b) = sum of to_device.time_us(bytes(x)) over them.
 //
 // Forced departures, the mirror image. A tensor x used at step b-1, live at b and not used
 // there, with unavoidable(b) + bytes(x) > budget, cannot be resident at b: it is resident at
 // b-1 and off at b, so an off interval of x starts exactly at b. One that starts with a
-// `discard` ends with a `recompute` (rule 4; x is used again, and a discard drops its data),
-// impossible when x cannot be regenerated at all (as above: persistent, an input or label, or
-// made by a step that is not a forward one, or by a dropout). Then the off interval starts
-// with an `evict` whose ready_before_step is b, issued when a step >= b-1 finishes (rule 3: no
-// use in [after_step + 1, ready_before_step - 1], and x is used at b-1), and step b waits for
-// it: every such x at b is on the one to-host queue, so the compute stream stalls before b at
-// least D(b) = sum of to_host.time_us(bytes(x)) over them.
+// `discard` ends with a `recompute` before x's next use (rule 4; x is used again, and a discard
+// drops its data), impossible when x is not regenerable at s = b (above). Then the off
+// interval starts with an `evict` whose ready_before_step is b, issued when a step >= b-1
+// finishes (rule 3: no use in [after_step + 1, ready_before_step - 1], and x is used at b-1),
+// and step b waits for it: every such x at b is on the one to-host queue, so the compute stream
+// stalls before b at least D(b) = sum of to_host.time_us(bytes(x)) over them.
 //
 // Together. Several tensors may each fit at b-1 (arrivals) or b (departures) but not all at
 // once. Let X be the tensors that pass the tests above except the budget one: for arrivals,
 // used at b, not at b-1, live and covered by a gap at b-1, that no recompute can make at b; for
-// departures, used at b-1, live at b and unused there, that nothing can regenerate. Whatever a
-// plan keeps resident at b-1 (arrivals) or b (departures) beside the unavoidable bytes fits in
+// departures, used at b-1, live at b and unused there, that no recompute can make again. Whatever
+// a plan keeps resident at b-1 (arrivals) or b (departures) beside the unavoidable bytes fits in
 // the room R = budget - unavoidable there, so at least bytes(X) - R of them cross the link in
 // that window by the same argument, one queue per direction: F(b) >= (bytes(X) - R) /
 // to_device bandwidth, D(b) >= (bytes(X) - R) / to_host bandwidth (fixed costs left out).
 // Each of F(b), D(b) is the larger of its two estimates. Arrivals and departures at one step
 // may run on two queues at once (duplex), so the stall before b is at least
-// G(b) = max(F(b), D(b)) (written F(b) below, as the forced stall).
+// G(b) = max(F(b), D(b)) (written F(b) elsewhere, as the forced stall).
 //
 // Stalls, step compute and recompute are disjoint stretches of the compute stream, so the step
-// takes at least C + sum_b F(b), and in bound(s) the stalls before s add to C_<s, the stalls
-// after s to C_>s:
-//   bound(s) = min over M of  max(C_<s + F_<=s, M/bw_to_host) + c_s
-//                           + max(C_>s + F_>s + Rc(E - M), M/bw_to_device).
-// The bound is the largest of C + sum_b F(b) and bound(s) over the steps with the most excess
-// (the top 16) and the over-budget steps b-1 and b of each forced arrival b. Fixed costs per
-// transfer and link sharing between directions only make plans slower.
+// takes at least C + sum_b F(b); in bound(s) the stalls up to j (or s) add to the compute
+// before them, those after to the compute after. The bound is the largest of C + sum_b F(b) and
+// bound(s) over a choice of over-budget steps (any choice keeps it a bound): the 16 with the
+// most excess; the 16 whose excess takes longest to move past the compute and stalls before
+// them, and the 16 likewise after them; the 16 where the bytes that must move (the excess
+// beyond the regenerable ones) take longest to move both ways; and the steps b-1 and b around
+// each forced stall before b. Fixed costs per transfer and link sharing between directions
+// only make plans slower.
 //
 // Kinds that may not move (gaps.h, MovableKinds). Such a tensor is resident over its whole
 // lifetime under every plan, and no recompute may make it (not even as a temporary). So at s
-// it is neither moved nor regenerated: the knapsack leaves it out, M is at most the bytes of
-// the movable tensors off-able at s, a chain that would need such a temporary has infinite
-// cost, and unavoidable() counts it, so it is never a forced arrival. Each of these only
-// removes plans the option forbids; the bound stays below every plan it allows.
+// it is neither moved nor regenerated: it is not off-able, a chain that would need such a
+// temporary does not exist, and unavoidable() counts it, so it is never a forced arrival or
+// departure. Without recomputation (allow_recompute false, autovm-plan --no-recompute) no
+// chain exists at all: every off tensor is moved (M = E), and every forced arrival or departure
+// is a transfer. Each of these only removes plans the options forbid; the bound stays below
+// every plan they allow.
 #pragma once
 
 #include <vector>
@@ -91,6 +122,7 @@ struct StepTimeBound {
 StepTimeBound lower_bound(const TrainingGraph& graph, const std::vector<Lifetime>& life,
                           const std::vector<int64_t>& live_bytes,
                           const std::vector<double>& compute_us, int64_t budget_bytes,
-                          const Mechanism& mechanism, MovableKinds movable = {});
+                          const Mechanism& mechanism, MovableKinds movable = {},
+                          bool allow_recompute = true);
 
 }  // namespace autovm
