@@ -385,6 +385,7 @@ class Converter {
       read_type(in, true, m_.values[v]);
       m_.inputs.push_back(v);
     }
+    initializers_begin_ = int(m_.values.size());
     for (const auto& t : g_.initializer()) {
       auto what = [&] { return "initializer " + quote(t.name()); };
       int v = add_value(t.name(), ValueSource::initializer, what);
@@ -398,6 +399,7 @@ class Converter {
         val.value = read_values(t, val.dtype, val.shape, base_dir_, what());
       }
     }
+    initializers_end_ = int(m_.values.size());
   }
 
   // Node output values, in file order (the node order is not known yet), flattened like the
@@ -420,12 +422,29 @@ class Converter {
 
   // Every node input as a value index (-1 when omitted), flattened: node i's inputs are
   // inputs_[input_begin_[i] .. input_begin_[i + 1]).
+  // Exporters mostly write a node's inputs as outputs of the node just before it and as the
+  // initializers next in file order: those are tried first, one string comparison each, before
+  // the name index, whose hash lookups miss the cache on large models. The result is the same
+  // (value names are unique).
   void resolve_inputs() {
     input_begin_.reserve(size_t(g_.node_size()) + 1);
+    int next_initializer = initializers_begin_;
+    auto nearby = [&](int i, const std::string& name) {
+      if (next_initializer < initializers_end_ && m_.values[size_t(next_initializer)].name == name)
+        return next_initializer++;
+      if (i > 0)
+        for (size_t k = output_begin_[size_t(i - 1)]; k < output_begin_[size_t(i)]; ++k)
+          if (outputs_[k] >= 0 && m_.values[size_t(outputs_[k])].name == name) return outputs_[k];
+      return -1;
+    };
     for (int i = 0; i < g_.node_size(); ++i) {
       input_begin_.push_back(inputs_.size());
       for (const auto& in : g_.node(i).input()) {
-        int v = in.empty() ? -1 : lookup(in);
+        int v = -1;
+        if (!in.empty()) {
+          v = nearby(i, in);
+          if (v < 0) v = lookup(in);
+        }
         if (!in.empty() && v < 0) {
           invalid("node " + quote(node_name(i)) + " (" + g_.node(i).op_type() + ") uses " + quote(in) +
                   ", which no node, initializer or graph input defines");
@@ -635,6 +654,7 @@ class Converter {
   std::vector<int> inputs_;           // see resolve_inputs()
   std::vector<size_t> input_begin_;
   std::vector<int> outputs_;          // see add_node_outputs()
+  int initializers_begin_ = 0, initializers_end_ = 0;  // initializers' values: [begin, end)
   std::vector<size_t> output_begin_;
   struct LastAttributes {
     const onnx::NodeProto* node = nullptr;
