@@ -572,6 +572,20 @@ void sort_actions(std::vector<Action>& actions) {
   });
 }
 
+// Sorts `trial` and simulates it (one of `left` simulations); when it is faster than `sim`,
+// it replaces `actions` and its simulation `sim`. Returns whether it did.
+bool keep_if_faster(const TrainingGraph& g, const std::vector<double>& compute_us,
+                    const Mechanism& mech, const DeviceProfile& device, std::vector<Action>& trial,
+                    std::vector<Action>& actions, SimResult& sim, int& left) {
+  sort_actions(trial);
+  SimResult r = simulate(g, trial, compute_us, mech, device);
+  --left;
+  if (r.step_time_us >= sim.step_time_us) return false;
+  actions.swap(trial);
+  sim = std::move(r);
+  return true;
+}
+
 bool is_transfer(const Action& a) { return a.kind == ActionKind::evict || a.kind == ActionKind::prefetch; }
 
 // The transfer each stalled step waited for last (its stall, its index in `actions`), worst
@@ -623,14 +637,7 @@ double delay_transfers(const TrainingGraph& g, const std::vector<double>& comput
         if (to <= a.after_step || !tried.insert({j, to}).second) continue;
         std::vector<Action> trial = actions;
         trial[j].after_step = to;
-        sort_actions(trial);
-        SimResult r = simulate(g, trial, compute_us, mech, device);
-        --left;
-        if (r.step_time_us < sim.step_time_us) {
-          actions.swap(trial);
-          sim = std::move(r);
-          improved = true;
-        }
+        improved = keep_if_faster(g, compute_us, mech, device, trial, actions, sim, left);
       }
       if (improved || left <= 0) break;
     }
@@ -686,14 +693,7 @@ double postpone_for_evictions(const TrainingGraph& g, const std::vector<Lifetime
             resident[size_t(ev.ready_before_step++)] += ev.bytes;
           if (ev.ready_before_step == st) break;  // no room at st, nor with a later issue
           if (left <= 0) break;
-          sort_actions(trial);
-          SimResult r = simulate(g, trial, compute_us, mech, device);
-          --left;
-          if (r.step_time_us < sim.step_time_us) {
-            actions.swap(trial);
-            sim = std::move(r);
-            improved = true;
-          }
+          improved = keep_if_faster(g, compute_us, mech, device, trial, actions, sim, left);
         }
       }
       if (improved || left <= 0) break;
