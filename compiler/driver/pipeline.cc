@@ -1,12 +1,8 @@
 #include "driver/pipeline.h"
 
 #include <fmt/format.h>
-#include <sys/resource.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <future>
 #include <optional>
 

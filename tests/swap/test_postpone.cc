@@ -60,6 +60,20 @@ Action transfer(ActionKind kind, TensorId t, StepIndex after, StepIndex ready) {
   return a;
 }
 
+// The eleven-step graph, its lifetimes and 100 us a step; run() applies the pass to `actions`
+// with the budget of 100 B and at most 20 simulations.
+struct Case {
+  TrainingGraph g = eleven_steps();
+  std::vector<Lifetime> life = compute_lifetimes(g);
+  std::vector<double> c = std::vector<double>(11, 100);
+  double run(std::vector<Action>& actions) const {
+    return postpone_for_evictions(g, life, c, duplex_link(), DeviceProfile{}, 100, actions, 20);
+  }
+  double simulated(const std::vector<Action>& actions) const {
+    return simulate(g, actions, c, duplex_link(), DeviceProfile{}).step_time_us;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("postpone_for_evictions: a prefetch issued early gives up the room an eviction needs") {
@@ -70,19 +84,16 @@ TEST_CASE("postpone_for_evictions: a prefetch issued early gives up the room an 
   // Postponed: y's prefetch issued after step 6 instead (resident from 7, in 760 us, well
   // before step 8 at 800), x may stay at step 6 (60 B of 100), not at 7 (y is back): its
   // eviction is due before step 7, runs 600-660 during step 6: no stall, 1100 us.
-  TrainingGraph g = eleven_steps();
-  auto life = compute_lifetimes(g);
-  std::vector<double> c(11, 100);
+  const Case k;
   std::vector<Action> actions = {
       transfer(ActionKind::evict, 0, 1, 5), transfer(ActionKind::prefetch, 0, 5, 8),
       transfer(ActionKind::evict, 1, 5, 6), transfer(ActionKind::prefetch, 1, 8, 10)};
-  for (int64_t r : resident_bytes(g, life, actions)) CHECK(r <= 100);
-  SimResult before = simulate(g, actions, c, duplex_link(), DeviceProfile{});
+  for (int64_t r : resident_bytes(k.g, k.life, actions)) CHECK(r <= 100);
+  SimResult before = simulate(k.g, actions, k.c, duplex_link(), DeviceProfile{});
   CHECK(before.step_time_us == doctest::Approx(1160));
   CHECK(before.stall_before_us[6] == doctest::Approx(60));
 
-  double t = postpone_for_evictions(g, life, c, duplex_link(), DeviceProfile{}, 100, actions, 20);
-  CHECK(t == doctest::Approx(1100));
+  CHECK(k.run(actions) == doctest::Approx(1100));
   REQUIRE(actions.size() == 4);
   auto find = [&](ActionKind kind, TensorId tensor) {
     for (const Action& a : actions)
@@ -96,8 +107,8 @@ TEST_CASE("postpone_for_evictions: a prefetch issued early gives up the room an 
   CHECK(find(ActionKind::evict, 1).ready_before_step == 7);
   CHECK(find(ActionKind::evict, 0).ready_before_step == 5);    // unchanged
   CHECK(find(ActionKind::prefetch, 1).after_step == 8);        // unchanged
-  for (int64_t r : resident_bytes(g, life, actions)) CHECK(r <= 100);
-  CHECK(simulate(g, actions, c, duplex_link(), DeviceProfile{}).step_time_us == doctest::Approx(1100));
+  for (int64_t r : resident_bytes(k.g, k.life, actions)) CHECK(r <= 100);
+  CHECK(k.simulated(actions) == doctest::Approx(1100));
 }
 
 TEST_CASE("postpone_for_evictions: a step that waits for a prefetch is left alone") {
@@ -105,15 +116,12 @@ TEST_CASE("postpone_for_evictions: a step that waits for a prefetch is left alon
   // 800-860) and x's eviction due before step 8: step 8 waits 60 us for y, an arrival no
   // eviction's deadline can help: 1160 us, and the actions stay as they are (given in the
   // pass's order: by issue step, then deadline).
-  TrainingGraph g = eleven_steps();
-  auto life = compute_lifetimes(g);
-  std::vector<double> c(11, 100);
+  const Case k;
   std::vector<Action> actions = {
       transfer(ActionKind::evict, 0, 1, 5), transfer(ActionKind::evict, 1, 5, 8),
       transfer(ActionKind::prefetch, 0, 7, 8), transfer(ActionKind::prefetch, 1, 8, 10)};
   const std::vector<Action> given = actions;
-  double t = postpone_for_evictions(g, life, c, duplex_link(), DeviceProfile{}, 100, actions, 20);
-  CHECK(t == doctest::Approx(1160));
+  CHECK(k.run(actions) == doctest::Approx(1160));
   REQUIRE(actions.size() == given.size());
   for (size_t i = 0; i < given.size(); ++i) {
     CHECK(actions[i].kind == given[i].kind);
