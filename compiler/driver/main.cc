@@ -48,6 +48,10 @@ options:
                         (default: h200-pcie)
   --mechanism NAME      transfer mechanism of the profile (default: the profile's own)
   --step-times FILE     measured step times (JSON) that replace the cost model's
+  --reserve FILE        memory the trainer holds beyond the graph's tensors at each step
+                        (JSON: {"step_bytes": [...]} or {"by_node": {...}}, e.g. from the
+                        PyTorch adapter's memory trace), planned as part of each step's
+                        workspace
   --no-recompute        move tensors only; never plan recomputation
   --movable KINDS       only tensors of these kinds (comma-separated, as the plan names
                         them: input, label, parameter, buffer, gradient, optimizer_state,
@@ -165,6 +169,8 @@ Args parse_args(int argc, char** argv, bool& done) {
       a.options.mechanism = value();
     } else if (arg == "--step-times") {
       a.options.step_times_file = value();
+    } else if (arg == "--reserve") {
+      a.options.reserve_file = value();
     } else if (arg == "--no-recompute") {
       a.options.allow_recompute = false;
     } else if (arg == "--movable") {

@@ -8,6 +8,7 @@
 
 #include "analysis/arena.h"
 #include "analysis/lifetimes.h"
+#include "analysis/step_reserve.h"
 #include "analysis/timeline.h"
 #include "model/model.h"
 #include "model/shape_inference.h"
@@ -245,6 +246,10 @@ Plan plan_model(model::Model& m, const PlanOptions& options, bool shapes_known) 
   topts.data_parallel = options.data_parallel;
   plan.training = training::build_training_step(m, topts);
   timer.done("build_training_step");
+  if (!options.reserve_file.empty()) {
+    apply_step_reserve(options.reserve_file, plan.training.graph);
+    timer.done("apply_step_reserve");
+  }
   plan.lifetimes = compute_lifetimes(plan.training.graph);
   timer.done("compute_lifetimes");
   // The arena's layout depends on the lifetimes only, and nothing until the plan is written

@@ -32,6 +32,7 @@ struct PlanOptions {
   std::string device = "h200-pcie";  // profile name or file
   std::string mechanism;             // "" : the profile's default
   std::string step_times_file;       // measured step times overriding the cost model
+  std::string reserve_file;          // --reserve: memory the trainer holds beyond the graph
   bool allow_recompute = true;
   MovableKinds movable;              // --movable: kinds the plan may take off the GPU (default all)
   bool minimum_budget = false;       // --budget min: plan for the smallest feasible budget

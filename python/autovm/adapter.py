@@ -180,6 +180,13 @@ class Attachment:
             model = model.module
         self.model, self.optimizer, self.plan = model, optimizer, plan
         self.memory_limit = memory_limit
+        # None, or a list each plan boundary appends to (set it to [] to start): a dict with
+        # the training step, the plan position every step up to which has been issued ("pos";
+        # -1 at the start of a training step), torch.cuda.memory_allocated() there and the
+        # peak since the previous entry ("peak"). Recording resets PyTorch's peak statistics
+        # at every boundary (so max_memory_allocated() then covers one interval), and costs a
+        # few microseconds per boundary: for measurements of where memory goes, not for timing.
+        self.memory_trace = None
         self.stats = Stats()
         self.unrealized = []
         self._hooks = []
@@ -416,6 +423,18 @@ class Attachment:
             step.named[id(x)] = (self.input_tensor["id"], weakref.ref(x), x._version)
         self._step = step
         self.stats.training_steps += 1
+        self._trace(-1)
+
+    def _trace(self, pos):
+        if self.memory_trace is None:
+            return
+        torch = self.torch
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return
+        self.memory_trace.append({"step": self._steps, "pos": pos,
+                                  "allocated": torch.cuda.memory_allocated(),
+                                  "peak": torch.cuda.max_memory_allocated()})
+        torch.cuda.reset_peak_memory_stats()
 
     def _root_post(self, module, args, output):
         step = self._step
@@ -555,6 +574,7 @@ class Attachment:
         if pos < step.pos:
             return
         step.pos = pos
+        self._trace(pos)
         ev = self.evicts
         while step.ev_i < len(ev) and ev[step.ev_i]["after_step"] <= pos:
             step.due.append(ev[step.ev_i])

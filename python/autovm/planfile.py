@@ -34,6 +34,73 @@ def pytorch_margin(doc):
     return max([0] + diffs)
 
 
+def resident_bytes(doc):
+    """Bytes the plan keeps on the GPU at each step: live bytes (steps[].live_bytes) less the
+    tensors off there (from an evict's ready_before_step, or a discard's, until the step after
+    the prefetch's or recompute's after_step)."""
+    steps = doc.get("steps", [])
+    n = len(steps)
+    off = [0] * (n + 1)
+    by_tensor = {}
+    for a in doc.get("actions", []):
+        if a.get("kind") in ("evict", "discard", "prefetch", "recompute"):
+            by_tensor.setdefault(a["tensor"], []).append(a)
+    for acts in by_tensor.values():
+        start = None
+        for a in sorted(acts, key=lambda a: (a["after_step"], a["ready_before_step"])):
+            if a["kind"] in ("evict", "discard"):
+                start = a["ready_before_step"]
+            elif start is not None:  # prefetch / recompute: resident again after after_step
+                lo, hi = max(0, start), min(n, a["after_step"] + 1)
+                if lo < hi:
+                    off[lo] += a["bytes"]
+                    off[hi] -= a["bytes"]
+                start = None
+            else:  # a persistent tensor kept on the host over the step boundary
+                hi = min(n, a["after_step"] + 1)
+                off[0] += a["bytes"]
+                off[hi] -= a["bytes"]
+        if start is not None and start < n:  # evicted to the end of the step
+            off[start] += a["bytes"]
+            off[n] -= a["bytes"]
+    out, cur = [], 0
+    for k in range(n):
+        cur += off[k]
+        out.append(int(steps[k].get("live_bytes", 0)) - cur)
+    return out
+
+
+def step_reserve(runs, step_count):
+    """Memory PyTorch held beyond a plan, per step, from the adapter's memory traces
+    (Attachment.memory_trace of one training step, each with the plan it ran under):
+    runs = [(plan document, trace)]. Between two boundaries of a trace the plan's steps
+    (previous pos, pos] ran; PyTorch's peak there less the most the plan keeps resident at any
+    of those steps is its extra memory there (what the graph has no tensor for: cuDNN
+    workspaces, pooling indices, rounding, references the Python code still holds). The
+    entry "end" covers the steps after the last boundary (the optimizer). Each step gets the
+    largest extra over the runs, never below 0: {"step_bytes": [...]} for autovm-plan
+    --reserve (or autovm.plan(reserve=...))."""
+    reserve = [0] * step_count
+    for doc, trace in runs:
+        resident = resident_bytes(doc)
+        if len(resident) != step_count:
+            raise ValueError(f"a plan of {len(resident)} steps for a reserve of {step_count}")
+        prev = None
+        for e in trace:
+            pos = e["pos"]
+            if pos == -1:  # a training step starts: what came before is another step's
+                prev = step_count - 1 if prev is not None else None
+                continue
+            hi = step_count - 1 if pos == "end" else int(pos)
+            if prev is not None and hi > prev:
+                ks = range(prev + 1, hi + 1)
+                extra = int(e["peak"]) - max(resident[k] for k in ks)
+                for k in ks:
+                    reserve[k] = max(reserve[k], extra)
+            prev = hi if prev is None or hi > prev else prev
+    return {"step_bytes": reserve}
+
+
 class Plan:
     """A plan file loaded through libautovm (the query API) and checked by it.
 

@@ -168,7 +168,7 @@ def _run(args):
 
 def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
          planner=None, lib=None, opset=17, extra_args=(), keep_onnx=None, movable=MOVABLE,
-         pytorch_margin=True, data_parallel=False, bucket_mb=None):
+         pytorch_margin=True, data_parallel=False, bucket_mb=None, reserve=None):
     """Exports `model`, plans its training step with autovm-plan and loads the plan.
 
     budget: '8GB', '7.5GiB', a number of bytes, 'min', or None (no limit): what PyTorch may
@@ -180,6 +180,10 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     pytorch_margin: plan under the budget less PyTorch's extra memory over AutoVM's training
     graph, as autovm-plan's PyTorch memory model predicts it (README.md, "The budget is
     PyTorch's"); False: hand the budget to autovm-plan as it is.
+    reserve: memory PyTorch holds beyond the plan at each step, measured (a dict
+    {"step_bytes": [...]} from autovm.step_reserve of memory traces, or a JSON file's path):
+    planned as part of each step's workspace (autovm-plan --reserve), in place of the
+    modelled margin (pytorch_margin is then not used).
     data_parallel: the model trains under DistributedDataParallel (one plan per rank): DDP's
     gradient buckets (bucket_mb, default 25, as DDP's bucket_cap_mb) are planned as persistent.
     The batch size is example_batch's first dimension (the batch of one rank); the optimizer
@@ -222,6 +226,16 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
             args += ["--bucket-mb", repr(float(bucket_mb))]
     if device:
         args += ["--device", device]
+    if reserve is not None:
+        if "--reserve" not in flags:
+            raise ToolNotFoundError(f"{exe} has no --reserve option: rebuild autovm-plan")
+        path = reserve
+        if not isinstance(reserve, (str, os.PathLike)):
+            path = os.path.join(tmp, "reserve.json")
+            with open(path, "w") as f:
+                json.dump(reserve, f)
+        args += ["--reserve", os.fspath(path)]
+        pytorch_margin = False
     args += list(extra_args)
     b = format_budget(budget)
     requested, margin = None, 0

@@ -9,10 +9,16 @@ for each model:
                 ResNet: torch.utils.checkpoint.checkpoint of each layerN
   autovm_soc    autovm.attach under a plan whose budget is save_on_cpu's measured peak
   autovm_half   autovm.attach under a plan whose budget is 50 % of plain's measured peak
+  autovm_free   autovm.attach under a plan without a budget (no actions): plain PyTorch seen
+                through the adapter's boundaries (not in the default --configs; for
+                --trace-memory)
 Per configuration: the median step time of 8 steps after 3 warm-up steps (torch.cuda.synchronize
 around each), torch.cuda.max_memory_allocated(), the last loss; for AutoVM also the planner's
 predicted step time and lower bound (statistics.prediction: step_time_us, bound_us) and the
 adapter's stats (bytes moved, late prefetches). One JSON to --out and a printed table.
+With --trace-memory, each AutoVM configuration runs one more step after those, recording at
+every plan boundary torch.cuda.memory_allocated() and the peak since the previous boundary
+(Attachment.memory_trace) into the result's "memory_trace".
 
 autovm-plan does not run on the GPU machine (no Debian libraries there), so plans are made
 beforehand, here, with --make-plans (CPU, Debian's torch 1.13), from the peaks measured on the
@@ -48,13 +54,16 @@ RESOLUTION = 224
 # Peaks measured on the H200 with PyTorch 2.11 (h200.md), bytes.
 MEASURED = {"vgg19": {"plain": 22.3e9, "save_on_cpu": 18.4e9},
             "resnet50": {"plain": 22.5e9, "save_on_cpu": 4.2e9}}
-PLAN_LABELS = {"autovm_soc": "the save_on_cpu peak", "autovm_half": "50 % of plain's peak"}
+PLAN_LABELS = {"autovm_soc": "the save_on_cpu peak", "autovm_half": "50 % of plain's peak",
+               "autovm_free": "no budget"}
 CONFIGS = ["plain", "save_on_cpu", "checkpoint", "autovm_soc", "autovm_half"]
+NO_BUDGET = 10**15  # bytes: more than any step holds, so the plan has no actions
 
 
 def budgets(name):
     m = MEASURED[name]
-    return {"autovm_soc": int(m["save_on_cpu"]), "autovm_half": int(m["plain"] * 0.5)}
+    return {"autovm_soc": int(m["save_on_cpu"]), "autovm_half": int(m["plain"] * 0.5),
+            "autovm_free": NO_BUDGET}
 
 
 def plan_path(d, name, label):
@@ -75,7 +84,24 @@ def make_optimizer(model):
     return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
 
-def make_plans(d, names, planner, lib):
+def reserves_from(trace_path, plans_dir):
+    """{model: autovm.step_reserve of every traced AutoVM run of it}: the memory PyTorch held
+    beyond each plan, per step, measured with --trace-memory under the plans in plans_dir."""
+    import autovm
+
+    with open(trace_path) as f:
+        doc = json.load(f)
+    runs = {}
+    for r in doc["results"]:
+        if "memory_trace" not in r:
+            continue
+        with open(os.path.join(plans_dir, r["plan"])) as f:
+            plan_doc = json.load(f)
+        runs.setdefault(r["model"], []).append((plan_doc, r["memory_trace"]))
+    return {m: autovm.step_reserve(rs, len(rs[0][0]["steps"])) for m, rs in runs.items()}
+
+
+def make_plans(d, names, planner, lib, reserves=None):
     import torch
 
     import autovm
@@ -95,6 +121,8 @@ def make_plans(d, names, planner, lib):
             out = plan_path(d, name, label)
             asked, note = budget, None
             kw = dict(planner=planner, lib=lib)
+            if reserves and name in reserves:
+                kw["reserve"] = reserves[name]
             try:
                 p = autovm.plan(model, example, make_optimizer(model), budget=budget, out=out,
                                 keep_onnx=onnx_path if not os.path.exists(onnx_path) else None,
@@ -107,11 +135,12 @@ def make_plans(d, names, planner, lib):
                 # Below what activations-only plans plus PyTorch's margin can promise: plan at
                 # the smallest budget that can (the smallest planner budget plus the margin).
                 low = autovm.plan(model, example, make_optimizer(model), budget="min", **kw)
-                budget = low.budget_bytes + low.modelled_margin_bytes
+                margin = 0 if "reserve" in kw else low.modelled_margin_bytes
+                budget = low.budget_bytes + margin
                 note = (f"{asked / 1e9:.2f} GB is below what a plan moving activations only can "
                         f"keep PyTorch within ({budget / 1e9:.2f} GB: the smallest planner "
                         f"budget {low.budget_bytes / 1e9:.2f} GB plus PyTorch's margin "
-                        f"{low.modelled_margin_bytes / 1e9:.2f} GB); planned for that")
+                        f"{margin / 1e9:.2f} GB); planned for that")
                 print(f"{name} {label}: {note}", flush=True)
                 p = autovm.plan(model, example, make_optimizer(model), budget=budget, out=out,
                                 **kw)
@@ -123,6 +152,7 @@ def make_plans(d, names, planner, lib):
                 "pytorch_margin_bytes": p.pytorch_margin_bytes,
                 "predicted_pytorch_peak_unplanned_bytes": p.pytorch_memory["peak_allocated_bytes"],
                 "movable": "activation,input",
+                "reserve": "measured (--reserve-from)" if "reserve" in kw else None,
                 "predicted_step_time_us": pr.get("step_time_us"), "bound_us": pr.get("bound_us"),
                 "actions": {f"{k[0]} {k[1]}": v for k, v in sorted(p.action_counts().items())}}
             print(f"{name} {label}: budget {budget / 1e9:.2f} GB (planned under "
@@ -163,7 +193,7 @@ def forward_fn(name, model, config):
     return fwd
 
 
-def run_config(name, config, plan_dir, lib, warmup, steps):
+def run_config(name, config, plan_dir, lib, warmup, steps, trace_memory=False):
     import contextlib
 
     import torch
@@ -214,9 +244,21 @@ def run_config(name, config, plan_dir, lib, warmup, steps):
             torch.cuda.synchronize()
             if i >= warmup:
                 times.append(time.perf_counter() - t0)
-    result.update(step_ms=statistics.median(times) * 1e3, step_ms_all=[t * 1e3 for t in times],
-                  max_memory_allocated=torch.cuda.max_memory_allocated(),
-                  last_loss=float(loss.item()))
+        result.update(step_ms=statistics.median(times) * 1e3,
+                      step_ms_all=[t * 1e3 for t in times],
+                      max_memory_allocated=torch.cuda.max_memory_allocated(),
+                      last_loss=float(loss.item()))
+        if plan is not None and trace_memory:
+            run.memory_trace = []
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(fwd(x), y).backward()
+            opt.step()
+            torch.cuda.synchronize()
+            result["memory_trace"] = run.memory_trace + [
+                {"step": run.memory_trace[-1]["step"] if run.memory_trace else 0, "pos": "end",
+                 "allocated": torch.cuda.memory_allocated(),
+                 "peak": torch.cuda.max_memory_allocated()}]
+            run.memory_trace = None
     if plan is not None:
         result["peak_within_budget"] = result["max_memory_allocated"] <= result["budget_bytes"]
     if plan is not None:
@@ -258,18 +300,26 @@ def main():
     ap.add_argument("--out", metavar="JSON", help="write the results here")
     ap.add_argument("--models", default="vgg19,resnet50")
     ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--reserve-from", nargs=2, metavar=("TRACE", "PLANS"),
+                    help="--make-plans: plan with the memory PyTorch held beyond the plans, per "
+                         "step, measured by a --trace-memory run (its JSON) under the plans in "
+                         "PLANS (autovm.step_reserve), instead of the modelled margin")
     ap.add_argument("--planner", help="autovm-plan (--make-plans; default: $AUTOVM_PLAN or "
                                       "the build's)")
     ap.add_argument("--lib", help="libautovm (default: $AUTOVM_LIB or the build's)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--trace-memory", action="store_true",
+                    help="record PyTorch's memory at every plan boundary of one more step "
+                         "(AutoVM configurations)")
     args = ap.parse_args()
     names = [n for n in args.models.split(",") if n]
     for n in names:
         if n not in MEASURED:
             ap.error(f"--models: {n} has no measured peaks (known: {', '.join(MEASURED)})")
     if args.make_plans:
-        make_plans(args.make_plans, names, args.planner, args.lib)
+        reserves = reserves_from(*args.reserve_from) if args.reserve_from else None
+        make_plans(args.make_plans, names, args.planner, args.lib, reserves)
         return 0
     import torch
 
@@ -284,7 +334,8 @@ def main():
     for name in names:
         for config in configs:
             try:
-                r = run_config(name, config, args.plans_dir, args.lib, args.warmup, args.steps)
+                r = run_config(name, config, args.plans_dir, args.lib, args.warmup, args.steps,
+                               args.trace_memory)
             except Exception as e:  # one configuration failing (OOM, say) must not lose the rest
                 r = {"model": name, "config": config, "error": f"{type(e).__name__}: {e}"}
                 torch.cuda.empty_cache()
