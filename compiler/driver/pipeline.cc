@@ -149,7 +149,14 @@ void plan_under_budget(Plan& plan) {
         int64_t size = g.step_count() + int64_t(c.size());
         int sims = int(std::min<int64_t>(kDelaySimulations, kDelayWork / std::max<int64_t>(size, 1)));
         delay_transfers(g, plan.compute_us, mech, device, c, sims);
-        postpone_for_evictions(g, plan.lifetimes, plan.compute_us, mech, device, budget, c, sims);
+        double t = postpone_for_evictions(g, plan.lifetimes, plan.compute_us, mech, device, budget, c, sims);
+        // regenerate_moved (swap_planner.h), then the two passes again on what it changed.
+        if (plan.options.allow_recompute &&
+            regenerate_moved(g, plan.lifetimes, plan.compute_us, mech, device, budget,
+                             plan.options.movable, c, sims) < t) {
+          delay_transfers(g, plan.compute_us, mech, device, c, sims);
+          postpone_for_evictions(g, plan.lifetimes, plan.compute_us, mech, device, budget, c, sims);
+        }
       }
     double best = 0;
     for (auto& c : candidates) {

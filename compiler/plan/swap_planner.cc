@@ -702,6 +702,317 @@ double postpone_for_evictions(const TrainingGraph& g, const std::vector<Lifetime
   return sim.step_time_us;
 }
 
+namespace {
+
+// regenerate_moved's view of the actions: each tensor's actions, and residency at one step.
+class Residency {
+ public:
+  Residency(const TrainingGraph& g, const std::vector<Lifetime>& life, const std::vector<Action>& actions)
+      : g_(g), life_(life), actions_(actions), of_(g.tensors.size()) {
+    for (size_t i = 0; i < actions.size(); ++i) of_[size_t(actions[i].tensor)].push_back(i);
+  }
+  const std::vector<size_t>& of(TensorId y) const { return of_[size_t(y)]; }
+
+  // Whether y is resident at step t (resident_bytes's rules for one tensor).
+  bool on(TensorId y, StepIndex t) const {
+    const Lifetime& l = life_[size_t(y)];
+    std::vector<std::pair<StepIndex, bool>> changes;  // (step, on)
+    for (size_t i : of_[size_t(y)]) {
+      const Action& a = actions_[i];
+      if (a.kind == ActionKind::recompute && !l.persistent && a.ready_before_step > l.last) {
+        if (a.ready_before_step == t) return true;  // a chain temporary at t
+        continue;
+      }
+      switch (a.kind) {
+        case ActionKind::evict: changes.push_back({a.ready_before_step, false}); break;
+        case ActionKind::discard: changes.push_back({a.after_step + 1, false}); break;
+        case ActionKind::prefetch: changes.push_back({a.after_step + 1, true}); break;
+        case ActionKind::recompute: changes.push_back({a.ready_before_step, true}); break;
+        case ActionKind::advise: break;
+      }
+    }
+    if (!l.persistent && (t < l.first || t > l.last)) return false;
+    if (changes.empty()) return true;
+    std::stable_sort(changes.begin(), changes.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : (!a.second && b.second);
+    });
+    bool is_on = !changes.front().second;
+    for (const auto& [at, turns_on] : changes) {
+      if (at > t) break;
+      is_on = turns_on;
+    }
+    return is_on;
+  }
+
+  // A chain temporary of y made at t by an existing recompute.
+  bool temporary_at(TensorId y, StepIndex t) const {
+    const Lifetime& l = life_[size_t(y)];
+    for (size_t i : of_[size_t(y)]) {
+      const Action& a = actions_[i];
+      if (a.kind == ActionKind::recompute && !l.persistent && a.ready_before_step > l.last &&
+          a.ready_before_step == t)
+        return true;
+    }
+    return false;
+  }
+
+ private:
+  const TrainingGraph& g_;
+  const std::vector<Lifetime>& life_;
+  const std::vector<Action>& actions_;
+  std::vector<std::vector<size_t>> of_;
+};
+
+// A recompute chain at step `at` under the current actions (regenerate_moved).
+struct Regeneration {
+  StepIndex at = 0;
+  std::vector<StepIndex> steps;
+  std::vector<TensorId> temporaries;
+  std::vector<size_t> fetches;  // prefetches brought forward to be ready at `at`
+  std::vector<size_t> relocated;  // recomputes brought forward to `at` (their chain with them)
+};
+
+class Regenerator {
+ public:
+  Regenerator(const TrainingGraph& g, const std::vector<Lifetime>& life, MovableKinds movable,
+              const std::vector<Action>& actions)
+      : g_(g), life_(life), movable_(movable), actions_(actions), res_(g, life, actions) {}
+
+  const Residency& residency() const { return res_; }
+
+  bool chain(TensorId x, Regeneration& r) const { return add_producer(x, r); }
+
+ private:
+  bool add_producer(TensorId x, Regeneration& r) const {
+    const Lifetime& l = life_[size_t(x)];
+    const TensorKind kind = g_.tensor(x).kind;
+    if (l.persistent || kind == TensorKind::input || kind == TensorKind::label) return false;
+    const Step& p = g_.step(l.first);
+    if (p.phase != Phase::forward || p.op == "Dropout") return false;
+    if (std::find(p.outputs.begin(), p.outputs.end(), x) == p.outputs.end()) return false;
+    if (std::find(p.inputs.begin(), p.inputs.end(), x) != p.inputs.end()) return false;
+    if (std::find(r.steps.begin(), r.steps.end(), p.id) != r.steps.end()) return true;
+    if (r.steps.size() >= kMaxChainSteps) return false;
+    r.steps.push_back(p.id);
+    for (TensorId o : p.outputs)
+      if (o != x && !need(o, false, r)) return false;
+    for (TensorId in : p.inputs)
+      if (!need(in, true, r)) return false;
+    return true;
+  }
+
+  bool need(TensorId y, bool produce, Regeneration& r) const {
+    if (g_.tensor(y).bytes == 0) return true;
+    const Lifetime& l = life_[size_t(y)];
+    if (l.persistent || (l.first <= r.at && r.at <= l.last)) {
+      if (res_.on(y, r.at)) return true;
+      if (!produce) return false;  // a live output the chain would rewrite while it is off
+      return bring_back(y, r) || recompute_earlier(y, r);
+    }
+    if (l.first > r.at || !movable_.has(g_.tensor(y).kind)) return false;
+    if (res_.temporary_at(y, r.at)) return true;  // an earlier chain's
+    if (std::find(r.temporaries.begin(), r.temporaries.end(), y) != r.temporaries.end()) return true;
+    r.temporaries.push_back(y);
+    return !produce || add_producer(y, r);
+  }
+
+  // y is discarded and off at r.at, regenerated by a recompute due at a later step: that
+  // recompute is brought forward to r.at, with y's producer (and its dead inputs) in the chain.
+  bool recompute_earlier(TensorId y, Regeneration& r) const {
+    size_t rec = actions_.size();
+    StepIndex off_from = -1;
+    for (size_t i : res_.of(y)) {
+      const Action& a = actions_[i];
+      if (a.kind == ActionKind::recompute && a.ready_before_step > r.at &&
+          (rec == actions_.size() || a.ready_before_step < actions_[rec].ready_before_step))
+        rec = i;
+    }
+    if (rec == actions_.size()) return false;
+    const StepIndex until = actions_[rec].ready_before_step;
+    for (size_t i : res_.of(y)) {
+      const Action& a = actions_[i];
+      StepIndex off = a.kind == ActionKind::discard ? a.after_step + 1
+                    : a.kind == ActionKind::evict ? a.ready_before_step : -1;
+      if (off >= 0 && off <= until) off_from = std::max(off_from, off);
+      if (a.kind == ActionKind::prefetch && a.after_step + 1 <= until && a.after_step + 1 > r.at - 1)
+        return false;
+    }
+    if (off_from < 0 || off_from > r.at - 1) return false;
+    for (size_t i : res_.of(y))  // the off interval starts with a discard
+      if (actions_[i].kind == ActionKind::evict && actions_[i].ready_before_step == off_from) return false;
+    if (std::find(r.relocated.begin(), r.relocated.end(), rec) == r.relocated.end()) r.relocated.push_back(rec);
+    return add_producer(y, r);
+  }
+
+  // y is moved and off at r.at: its prefetch that ends that off interval, issued no later than
+  // r.at - 1 and due at r.at, when the off interval keeps a step.
+  bool bring_back(TensorId y, Regeneration& r) const {
+    size_t fetch = actions_.size();
+    StepIndex off_from = -1;  // the evict's deadline before it (-1: none, kept on the host)
+    for (size_t i : res_.of(y)) {
+      const Action& a = actions_[i];
+      if (a.kind == ActionKind::prefetch && a.after_step >= r.at &&
+          (fetch == actions_.size() || a.after_step < actions_[fetch].after_step))
+        fetch = i;
+    }
+    if (fetch == actions_.size()) return false;
+    const StepIndex fetch_after = actions_[fetch].after_step;
+    for (size_t i : res_.of(y)) {
+      const Action& a = actions_[i];
+      if (a.kind == ActionKind::evict && a.ready_before_step <= fetch_after + 1)
+        off_from = std::max(off_from, a.ready_before_step);
+    }
+    if (off_from < 0 && !life_[size_t(y)].persistent) return false;
+    if (off_from > r.at - 1) return false;  // not off at r.at by this evict, or never off after
+    for (size_t i : res_.of(y)) {  // off at r.at by this pair alone
+      const Action& a = actions_[i];
+      StepIndex at = a.kind == ActionKind::discard ? a.after_step + 1
+                   : a.kind == ActionKind::recompute ? a.ready_before_step : -1;
+      if (at >= 0 && at >= off_from && at <= fetch_after + 1) return false;
+    }
+    if (std::find(r.fetches.begin(), r.fetches.end(), fetch) == r.fetches.end()) r.fetches.push_back(fetch);
+    return true;
+  }
+
+  const TrainingGraph& g_;
+  const std::vector<Lifetime>& life_;
+  MovableKinds movable_;
+  const std::vector<Action>& actions_;
+  Residency res_;
+};
+
+// The evict/prefetch pair of `i` (a transfer of a non-persistent tensor): {evict, prefetch}, or
+// {n, n} when it has none.
+std::pair<size_t, size_t> moved_pair(const std::vector<Action>& actions, const Residency& res, size_t i) {
+  const size_t none = actions.size();
+  const Action& a = actions[i];
+  size_t other = none;
+  for (size_t j : res.of(a.tensor)) {
+    const Action& b = actions[j];
+    if (a.kind == ActionKind::evict) {
+      if (b.kind == ActionKind::prefetch && b.after_step + 1 >= a.ready_before_step &&
+          (other == none || b.after_step < actions[other].after_step))
+        other = j;
+    } else if (b.kind == ActionKind::evict && b.ready_before_step <= a.after_step + 1 &&
+               (other == none || b.ready_before_step > actions[other].ready_before_step)) {
+      other = j;
+    }
+  }
+  if (other == none) return {none, none};
+  return a.kind == ActionKind::evict ? std::make_pair(i, other) : std::make_pair(other, i);
+}
+
+// Drops chain temporaries due at the given steps that no other recompute there reads any more
+// (after a recompute was brought forward out of their chain).
+void prune_temporaries(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                       const std::set<StepIndex>& steps, std::vector<Action>& actions) {
+  for (bool dropped = true; dropped;) {
+    dropped = false;
+    for (size_t i = 0; i < actions.size() && !dropped; ++i) {
+      const Action& a = actions[i];
+      if (!is_temporary(a, life) || !steps.count(a.ready_before_step)) continue;
+      bool read = false;
+      for (const Action& b : actions)
+        if (b.kind == ActionKind::recompute && b.ready_before_step == a.ready_before_step) {
+          const Step& s = g.step(b.source_step);
+          read |= std::find(s.inputs.begin(), s.inputs.end(), a.tensor) != s.inputs.end();
+        }
+      if (read) continue;
+      actions.erase(actions.begin() + std::ptrdiff_t(i));
+      dropped = true;
+    }
+  }
+}
+
+}  // namespace
+
+double regenerate_moved(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                        const std::vector<double>& compute_us, const Mechanism& mech,
+                        const DeviceProfile& device, int64_t budget_bytes, MovableKinds movable,
+                        std::vector<Action>& actions, int max_simulations) {
+  sort_actions(actions);
+  SimResult sim = simulate(g, actions, compute_us, mech, device);
+  int left = max_simulations - 1;
+  auto same_queue = [&](const Action& a, const Action& b) { return !mech.duplex || a.kind == b.kind; };
+  std::set<std::pair<TensorId, StepIndex>> tried;  // (tensor, prefetch deadline) that failed
+  bool improved = true;
+  while (improved && left > 0) {
+    improved = false;
+    Regenerator regen(g, life, movable, actions);
+    const Residency& res = regen.residency();
+    for (const auto& [stall, l] : stalled_transfers(g, actions, sim)) {
+      // The late transfer, then those that held it up on its queue, the largest first.
+      std::vector<size_t> suspects = {l};
+      std::vector<size_t> busy;
+      for (size_t j = 0; j < actions.size(); ++j)
+        if (j != l && is_transfer(actions[j]) && same_queue(actions[j], actions[l]) &&
+            actions[j].after_step <= actions[l].after_step && sim.ready_us[j] > sim.issue_us[l])
+          busy.push_back(j);
+      std::stable_sort(busy.begin(), busy.end(), [&](size_t a, size_t b) { return actions[a].bytes > actions[b].bytes; });
+      suspects.insert(suspects.end(), busy.begin(), busy.end());
+      for (size_t i : suspects) {
+        if (left <= 0 || improved) break;
+        const TensorId x = actions[i].tensor;
+        const Lifetime& lx = life[size_t(x)];
+        if (lx.persistent || !movable.has(g.tensor(x).kind)) continue;
+        auto [e, f] = moved_pair(actions, res, i);
+        if (e == actions.size()) continue;
+        // The last use before the evict: the discard follows it.
+        StepIndex u = -1;
+        for (StepIndex s : lx.uses)
+          if (s <= actions[e].after_step) u = s;
+        // The chain runs before the prefetch's deadline, or before an earlier step where
+        // another recompute reads the tensor.
+        StepIndex t = actions[f].ready_before_step;
+        for (const Action& b : actions)
+          if (b.kind == ActionKind::recompute && b.ready_before_step > u && b.ready_before_step < t) {
+            const Step& s = g.step(b.source_step);
+            if (std::find(s.inputs.begin(), s.inputs.end(), x) != s.inputs.end()) t = b.ready_before_step;
+          }
+        if (t >= g.step_count() || !tried.insert({x, t}).second) continue;
+        if (u < 0 || u + 2 > t) continue;
+        bool clear = true;  // no other action of x inside [u, t]
+        for (size_t j : res.of(x))
+          if (j != e && j != f && actions[j].ready_before_step > u && actions[j].after_step < t) clear = false;
+        if (!clear) continue;
+        Regeneration r;
+        r.at = t;
+        if (!regen.chain(x, r)) continue;
+        std::vector<Action> trial;
+        for (size_t j = 0; j < actions.size(); ++j)
+          if (j != e && j != f) trial.push_back(actions[j]);
+        for (size_t j : r.fetches) {
+          Action a = actions[j];
+          // Replaced in place: the pair's two actions were left out before it.
+          size_t k = j - (j > e ? 1 : 0) - (j > f ? 1 : 0);
+          a.after_step = std::min(a.after_step, t - 1);
+          a.ready_before_step = t;
+          trial[k] = a;
+        }
+        std::set<StepIndex> left_behind;  // steps whose chains lost a recompute
+        for (size_t j : r.relocated) {
+          size_t k = j - (j > e ? 1 : 0) - (j > f ? 1 : 0);
+          left_behind.insert(trial[k].ready_before_step);
+          trial[k].after_step = t - 1;
+          trial[k].ready_before_step = t;
+        }
+        if (!left_behind.empty()) prune_temporaries(g, life, left_behind, trial);
+        trial.push_back({ActionKind::discard, x, g.tensor(x).bytes, u, u + 1, -1, "", "", 0, 0});
+        for (TensorId y : r.temporaries)
+          trial.push_back({ActionKind::recompute, y, g.tensor(y).bytes, t - 1, t, life[size_t(y)].first, "", "", 0, 0});
+        trial.push_back({ActionKind::recompute, x, g.tensor(x).bytes, t - 1, t, lx.first, "", "", 0, 0});
+        std::vector<int64_t> resident = resident_bytes(g, life, trial);
+        --left;
+        if (std::any_of(resident.begin(), resident.end(), [&](int64_t b) { return b > budget_bytes; })) continue;
+        if (left <= 0) break;
+        improved = keep_if_faster(g, compute_us, mech, device, trial, actions, sim, left);
+      }
+      if (improved || left <= 0) break;
+    }
+  }
+  return sim.step_time_us;
+}
+
 std::vector<Action> plan_swaps(const TrainingGraph& g, const std::vector<Lifetime>& life,
                                const std::vector<double>& compute_us, const Mechanism& mech,
                                const SwapOptions& o, std::vector<Action> base) {
