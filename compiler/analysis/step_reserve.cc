@@ -69,8 +69,9 @@ int64_t apply_step_reserve(const std::string& path, TrainingGraph& g) {
     if (reserve[i] == 0) continue;
     Step& s = g.steps[i];
     if (s.workspace == kNoTensor) {
-      s.workspace = g.add_tensor(s.node + "/" + s.op + "/reserve", TensorKind::workspace, DType::u8,
-                                 Shape{reserve[i]});
+      // Named by the step: optimizer steps share their node and op.
+      s.workspace = g.add_tensor(fmt::format("{}/{}/reserve_step{}", s.node, s.op, s.id),
+                                 TensorKind::workspace, DType::u8, Shape{reserve[i]});
     } else {
       // Workspace tensors belong to one step each (training/forward.cc, backward.cc).
       Tensor& w = g.tensors[static_cast<size_t>(s.workspace)];

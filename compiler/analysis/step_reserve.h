@@ -5,8 +5,8 @@
 // allocator's rounding, tensors its Python code still references. A profile run measures it
 // (the PyTorch adapter's memory trace: python/autovm/README.md, "The budget is PyTorch's"),
 // and `autovm-plan --reserve FILE` plans with it: each step's reserve is scratch memory of that
-// step only, so it becomes part of the step's workspace tensor (a new one, "<node>/<op>/reserve",
-// where the step has none). Every pass then counts it as it counts a workspace: in the step's
+// step only, so it becomes part of the step's workspace tensor (a new one,
+// "<node>/<op>/reserve_step<id>", where the step has none). Every pass then counts it as it counts a workspace: in the step's
 // working set, unavoidable there, never moved. Step times are left as they were (the reserve
 // is not memory the step's kernels read or write).
 //

@@ -76,8 +76,9 @@ def step_reserve(runs, step_count):
     runs = [(plan document, trace)]. Between two boundaries of a trace the plan's steps
     (previous pos, pos] ran; PyTorch's peak there less the most the plan keeps resident at any
     of those steps is its extra memory there (what the graph has no tensor for: cuDNN
-    workspaces, pooling indices, rounding, references the Python code still holds). The
-    entry "end" covers the steps after the last boundary (the optimizer). Each step gets the
+    workspaces, pooling indices, rounding, references the Python code still holds). An entry
+    "end", or the -1 of the next training step, covers the steps after the last boundary (the
+    optimizer); the first entry's peak, with nothing before it, is not used. Each step gets the
     largest extra over the runs, never below 0: {"step_bytes": [...]} for autovm-plan
     --reserve (or autovm.plan(reserve=...))."""
     reserve = [0] * step_count
@@ -85,19 +86,19 @@ def step_reserve(runs, step_count):
         resident = resident_bytes(doc)
         if len(resident) != step_count:
             raise ValueError(f"a plan of {len(resident)} steps for a reserve of {step_count}")
-        prev = None
+        prev = None  # the last step covered so far (-1: a training step has just started)
         for e in trace:
             pos = e["pos"]
-            if pos == -1:  # a training step starts: what came before is another step's
-                prev = step_count - 1 if prev is not None else None
-                continue
-            hi = step_count - 1 if pos == "end" else int(pos)
+            hi = step_count - 1 if pos in ("end", -1) else int(pos)
             if prev is not None and hi > prev:
                 ks = range(prev + 1, hi + 1)
                 extra = int(e["peak"]) - max(resident[k] for k in ks)
                 for k in ks:
                     reserve[k] = max(reserve[k], extra)
-            prev = hi if prev is None or hi > prev else prev
+            if pos == -1:  # the peak before it was the previous training step's
+                prev = -1
+            elif prev is None or hi > prev:
+                prev = hi
     return {"step_bytes": reserve}
 
 

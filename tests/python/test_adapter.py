@@ -338,6 +338,45 @@ def _():
                          "autovm-plan exited 6")
 
 
+@case("step_reserve from hand-made memory traces; plan(reserve=...) adds it to every step")
+def _():
+    # Four steps live 100, 200, 300, 150 B; tensor 7 (50 B) off at step 2 (evict ready before
+    # 2, prefetch after 2): resident 100, 200, 250, 150. Trace 1 (under that plan): the peak up
+    # to pos 1 is 260 (steps 0-1: 260 - 200 = 60 over), at pos 2 250 (step 2: 0), at the end
+    # 170 (step 3: 20); its first entry (-1, peak 999) has nothing before it and is not used.
+    # Trace 2 (no actions): one peak of 330 over the four steps (330 - 300 = 30 each).
+    # The reserve takes the larger per step: 60, 60, 30, 30.
+    doc = {"steps": [{"live_bytes": b} for b in (100, 200, 300, 150)],
+           "actions": [{"kind": "evict", "tensor": 7, "bytes": 50, "after_step": 0,
+                        "ready_before_step": 2},
+                       {"kind": "prefetch", "tensor": 7, "bytes": 50, "after_step": 2,
+                        "ready_before_step": 3}]}
+    if autovm.resident_bytes(doc) != [100, 200, 250, 150]:
+        return f"resident_bytes {autovm.resident_bytes(doc)}"
+    t1 = [{"pos": -1, "peak": 999}, {"pos": 1, "peak": 260}, {"pos": 2, "peak": 250},
+          {"pos": "end", "peak": 170}]
+    t2 = [{"pos": -1, "peak": 5}, {"pos": 3, "peak": 330}]
+    free = dict(doc, actions=[])
+    r = autovm.step_reserve([(doc, t1), (free, t2)], 4)
+    if r != {"step_bytes": [60, 60, 30, 30]}:
+        return f"step_reserve {r}"
+    # The tiny model planned without and with a reserve of 1000 B at every step: each step's
+    # live bytes grow by exactly 1000 (a workspace of its own, or its convolution's grown).
+    p0 = autovm.plan(tiny, xt, opt0, out=os.path.join(tmp, "r0.json"))
+    n = len(p0.steps)
+    p1 = autovm.plan(tiny, xt, opt0, out=os.path.join(tmp, "r1.json"),
+                     reserve={"step_bytes": [1000] * n})
+    import json
+    live = [[st["live_bytes"] for st in json.load(open(os.path.join(tmp, f)))["steps"]]
+            for f in ("r0.json", "r1.json")]
+    grown = [b - a for a, b in zip(*live)]
+    if grown != [1000] * n:
+        return f"live bytes grew by {grown}"
+    return raises(autovm.PlannerError,
+                  lambda: autovm.plan(tiny, xt, opt0, reserve={"step_bytes": [1]}),
+                  "reserve file", f"has 1 entries but the training step has {n} steps")
+
+
 failed = results.count(False)
 print(f"{len(results) - failed} passed, {failed} failed")
 sys.exit(1 if failed or not results else 0)
