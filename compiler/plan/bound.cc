@@ -482,6 +482,58 @@ double step_bound(StepIndex s, double e, const std::vector<OffAble>& items,
   return std::min(time(lo), time(hi));
 }
 
+// Whole tensors (bound.h): the least, over the tensors x some cover of the excess at s must
+// move, of the step time with x's departure window (release, s] and arrival window (s, deadline]
+// each at least x's transfer past the compute in it, and at least the forced stalls in it.
+// Returns the compute alone when no tensor is forced (the regenerable bytes and the small
+// tensors can cover the excess).
+double whole_tensor_bound(StepIndex s, double e, const std::vector<OffAble>& items,
+                          const Prefix& sum, const Mechanism& mech) {
+  const StepIndex n = StepIndex(sum.compute.size()) - 1;
+  double regenerable = 0;
+  std::vector<const OffAble*> moved;  // cannot be regenerated: a cover moves them
+  for (const OffAble& it : items) {
+    if (std::isinf(it.cost)) moved.push_back(&it);
+    else regenerable += double(it.bytes);
+  }
+  std::stable_sort(moved.begin(), moved.end(),
+                   [](const OffAble* a, const OffAble* b) { return a->bytes < b->bytes; });
+  double covered = regenerable;
+  size_t first = moved.size();  // the smallest moved tensor every cover needs one as large as
+  for (size_t i = 0; i < moved.size(); ++i) {
+    covered += double(moved[i]->bytes);
+    if (covered >= e) {
+      first = i;
+      break;
+    }
+  }
+  double all = sum.compute_to(n) + sum.stall_to(n);
+  if (regenerable >= e || first == moved.size()) return all;
+  // Stalls before steps (a, b]: the boundaries in front of steps a+1..b.
+  auto stalls = [&](StepIndex a, StepIndex b) { return sum.stall_to(b + 1) - sum.stall_to(a + 1); };
+  auto computed = [&](StepIndex a, StepIndex b) {  // steps [a, b]
+    return b < a ? 0.0 : sum.compute_to(b + 1) - sum.compute_to(a);
+  };
+  double best = kInf;
+  for (size_t i = first; i < moved.size(); ++i) {
+    if (moved[i]->bytes < moved[first]->bytes) continue;
+    const OffAble& x = *moved[i];
+    double t = all;
+    if (x.release >= 0) {  // evicted after step `release`, complete before s
+      double window = stalls(x.release, s);
+      double need = mech.to_host.time_us(x.bytes) - computed(x.release + 1, s - 1);
+      t += std::max(0.0, need - window);
+    }
+    if (x.deadline < n) {  // prefetched after step s, complete before `deadline`
+      double window = stalls(s, x.deadline);
+      double need = mech.to_device.time_us(x.bytes) - computed(s + 1, x.deadline - 1);
+      t += std::max(0.0, need - window);
+    }
+    best = std::min(best, t);
+  }
+  return best;
+}
+
 // The over-budget steps whose bound(s) is worked out (bound.h): the kTopSteps with the most
 // excess; the kTopSteps whose excess takes longest to move past the compute and stalls before
 // them, and likewise after them; the kTopSteps where the bytes that must move (the excess beyond
@@ -557,10 +609,20 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
 
   std::vector<StepIndex> steps = candidate_steps(
       live, budget, unavoidable, regeneration.never_regenerated(), forced, sum, mech);
-  for (StepIndex s : steps) {
+  // Every over-budget step for the whole-tensor term where that stays cheap (off_able_at
+  // looks at every tensor), the candidate steps otherwise.
+  std::vector<StepIndex> over;
+  for (StepIndex s = 0; s < StepIndex(n); ++s)
+    if (live[size_t(s)] > budget) over.push_back(s);
+  constexpr double kWholeTensorWork = 2e7;
+  bool every = double(over.size()) * double(g.tensors.size()) <= kWholeTensorWork;
+  std::vector<bool> candidate(n, false);
+  for (StepIndex s : steps) candidate[size_t(s)] = true;
+  for (StepIndex s : every ? over : steps) {
     double e = double(live[size_t(s)] - budget);
     auto items = off_able_at(g, life, s, compute_us, regeneration, movable);
-    double t = step_bound(s, e, items, compute_us, sum, mech);
+    double t = whole_tensor_bound(s, e, items, sum, mech);
+    if (candidate[size_t(s)]) t = std::max(t, step_bound(s, e, items, compute_us, sum, mech));
     if (t > b.bound_us) {
       b.bound_us = t;
       b.critical_step = s;

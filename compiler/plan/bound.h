@@ -83,6 +83,23 @@
 // may run on two queues at once (duplex), so the stall before b is at least
 // G(b) = max(F(b), D(b)) (written F(b) elsewhere, as the forced stall).
 //
+// Whole tensors. bound(s) lets M be any number of bytes; a plan takes whole tensors off. Sort
+// the off-able tensors at s that no recompute can make (cost infinite) by size, and add them
+// to the regenerable bytes from the smallest up: the first whose addition covers E(s) sets a
+// size b*. The regenerable bytes and every tensor smaller than b* leave less than E(s), so
+// every plan moves, over an off interval holding s, some tensor x of b* bytes or more: its
+// evict runs after its release r(x) ends and is complete before s starts, its prefetch after
+// s ends and complete before its deadline d(x) starts (none without a release or deadline, as
+// above). The time between the end of r(x) and the start of s is the compute of steps
+// r(x)+1..s-1 plus what the compute stream spends there beyond it (stalls, recomputes), so that
+// extra is at least to_host.time_us(bytes(x)) - C over r(x)+1..s-1, and at least the forced
+// stalls before steps r(x)+1..s; likewise after s with the to-device time, C over
+// s+1..d(x)-1 and the forced stalls before steps s+1..d(x). The two windows and the forced
+// stalls outside them are disjoint, so the step takes at least
+//   C + F outside the windows + max(F in (r, s], departure) + max(F in (s, d], arrival),
+// the least of it over such x. Worked out at every over-budget step while (steps over the
+// budget) x (tensors) stays under 2e7, at the candidate steps (below) otherwise.
+//
 // Stalls, step compute and recompute are disjoint stretches of the compute stream, so the step
 // takes at least C + sum_b F(b); in bound(s) the stalls up to j (or s) add to the compute
 // before them, those after to the compute after. The bound is the largest of C + sum_b F(b) and

@@ -357,8 +357,11 @@ def _():
           {"pos": "end", "peak": 170}]
     t2 = [{"pos": -1, "peak": 5}, {"pos": 3, "peak": 330}]
     free = dict(doc, actions=[])
-    r = autovm.step_reserve([(doc, t1), (free, t2)], 4)
+    r = autovm.step_reserve([(doc, t1), (free, t2)], 4, slack_bytes=0)
     if r != {"step_bytes": [60, 60, 30, 30]}:
+        return f"step_reserve {r}"
+    r = autovm.step_reserve([(doc, t1), (free, t2)], 4)  # 2 MiB of slack by default
+    if r != {"step_bytes": [60 + 2**21, 60 + 2**21, 30 + 2**21, 30 + 2**21]}:
         return f"step_reserve {r}"
     # The tiny model planned without and with a reserve of 1000 B at every step: each step's
     # live bytes grow by exactly 1000 (a workspace of its own, or its convolution's grown).

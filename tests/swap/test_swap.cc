@@ -283,6 +283,43 @@ TEST_CASE("the lower bound: moved bytes leave after their last use and are back 
   }
 }
 
+TEST_CASE("the lower bound: a cover of the excess with whole tensors") {
+  // One queue per direction at 1 B/us (slow_link), no fixed costs; budget 214 B; every step
+  // 10 us (C = 70). a, b (100 B each) and c (10 B) are dropouts' (never regenerated):
+  //   step 0: a = Dropout()   step 1: b = Dropout()   step 2: c = Dropout()
+  //   step 3: d = D(c, a, b)  step 4: e = E(d)        step 5: f = F(e)
+  //   step 6: g = G(c, a, b, f)
+  // d, f, g 2 B, e 30 B. Live: 100, 200, 210, 212, 242, 242, 214; unavoidable at 4 and 5: 32.
+  // Steps 4 and 5 are 28 B over; a, b, c are off-able there (released at 3, due at 6).
+  // Forced: each of a, b, c fits beside the unavoidable bytes at 4 and at 5, but together
+  // 210 B leave at 4 and arrive at 6 where 182 B of room is left: D(4) = F(6) = 28 us.
+  // Whole tensors: c alone (10 B) cannot cover 28 B, so a or b is off over steps 4-5. At s = 4
+  // its eviction runs after step 3 and before step 4, with no compute between: at least 100 us
+  // there, of which the forced 28 are counted already (+72); its prefetch runs after step 4
+  // and before step 6, past step 5's 10 us: at least 90 us there, against the forced 28
+  // (+62). Bound: 70 + 56 + 72 + 62 = 260 us (s = 5 gives the same). The best plan: evict a
+  // after step 3 (40-140 us), steps 4-5 (140-160), prefetch a after step 5 (160-260), step 6
+  // to 270 us (a prefetch issued after step 4 would make a resident at 5, over the budget).
+  TrainingGraph g = graph_of({100, 100, 10, 2, 30, 2, 2},
+                             {{"Dropout", {}, {0}}, {"Dropout", {}, {1}}, {"Dropout", {}, {2}},
+                              {"D", {2, 0, 1}, {3}}, {"E", {3}, {4}}, {"F", {4}, {5}},
+                              {"G", {2, 0, 1, 5}, {6}}});
+  std::vector<double> c(7, 10);
+  auto life = compute_lifetimes(g);
+  auto tl = compute_timeline(g, life);
+  REQUIRE(tl.total == std::vector<int64_t>{100, 200, 210, 212, 242, 242, 214});
+  auto b = lower_bound(g, life, tl.total, c, 214, slow_link());
+  CHECK(b.forced_stall_us == doctest::Approx(56));
+  CHECK(b.bound_us == doctest::Approx(260).epsilon(1e-6));
+  CHECK(b.critical_step == 4);
+  CHECK(b.must_move_bytes == 28);
+  CHECK(simulate(g, plan(g, 214, true, c), c, slow_link(), DeviceProfile{}).step_time_us >=
+        b.bound_us);
+  // Without recomputation the same: nothing here could be regenerated anyway.
+  CHECK(lower_bound(g, life, tl.total, c, 214, slow_link(), MovableKinds{}, false).bound_us ==
+        doctest::Approx(260).epsilon(1e-6));
+}
+
 TEST_CASE("gaps, including a persistent tensor's wrap-around gap") {
   TrainingGraph g = five_steps("Conv");
   g.add_tensor("w", TensorKind::parameter, DType::u8, {10});
