@@ -588,6 +588,23 @@ bool keep_if_faster(const TrainingGraph& g, const std::vector<double>& compute_u
 
 bool is_transfer(const Action& a) { return a.kind == ActionKind::evict || a.kind == ActionKind::prefetch; }
 
+// The latest after_step prefetch `j` may be given: before its deadline, and before every step
+// it now keeps its tensor resident for where a recompute reads that tensor (rule 5 of
+// docs/execution-model.md: a recompute's inputs are resident where it runs).
+StepIndex latest_issue(const TrainingGraph& g, const std::vector<Action>& actions, size_t j) {
+  const Action& p = actions[j];
+  StepIndex limit = p.ready_before_step - 1;
+  for (const Action& b : actions) {
+    if (b.kind != ActionKind::recompute || b.ready_before_step <= p.after_step ||
+        b.ready_before_step > limit)
+      continue;
+    const Step& s = g.step(b.source_step);
+    if (std::find(s.inputs.begin(), s.inputs.end(), p.tensor) != s.inputs.end())
+      limit = b.ready_before_step - 1;
+  }
+  return limit;
+}
+
 // The transfer each stalled step waited for last (its stall, its index in `actions`), worst
 // stall first.
 std::vector<std::pair<double, size_t>> stalled_transfers(const TrainingGraph& g,
@@ -633,7 +650,9 @@ double delay_transfers(const TrainingGraph& g, const std::vector<double>& comput
         if (j == l || !is_transfer(a) || !same_queue(a, lt) || a.after_step > lt.after_step ||
             sim.ready_us[j] <= sim.issue_us[l] || a.ready_before_step <= lt.ready_before_step)
           continue;
-        StepIndex to = std::min(lt.after_step, a.ready_before_step - 1);
+        StepIndex to = std::min(lt.after_step, a.kind == ActionKind::prefetch
+                                                   ? latest_issue(g, actions, j)
+                                                   : a.ready_before_step - 1);
         if (to <= a.after_step || !tried.insert({j, to}).second) continue;
         std::vector<Action> trial = actions;
         trial[j].after_step = to;
@@ -680,9 +699,10 @@ double postpone_for_evictions(const TrainingGraph& g, const std::vector<Lifetime
         if (actions[j].kind != ActionKind::prefetch || actions[j].tensor == actions[l].tensor) continue;
         const StepIndex issue = actions[j].after_step, due = actions[j].ready_before_step;
         if (issue + 1 > st || issue + 1 >= due) continue;  // not resident at st, or cannot move
-        // Issue it later (its tensor is then resident from later on: never against a rule), by
-        // at least enough to be off at st, then by doubling steps.
-        for (StepIndex d = st - issue; issue + d < due && left > 0 && !improved; d *= 2) {
+        // Issue it later (its tensor is then resident from later on: never against a rule, up
+        // to a recompute that reads it), by at least enough to be off at st, then by doubling.
+        const StepIndex latest = latest_issue(g, actions, j);
+        for (StepIndex d = st - issue; issue + d <= latest && left > 0 && !improved; d *= 2) {
           std::vector<Action> trial = actions;
           trial[j].after_step = issue + d;
           std::vector<int64_t> resident = resident_bytes(g, life, trial);

@@ -87,11 +87,12 @@ std::vector<Action> plan_swaps(const TrainingGraph& graph, const std::vector<Lif
 // waits for. For the transfer each stalled step waited for last (the worst stall first), each
 // transfer on the same copy queue that was issued no later, was still busy when the late one
 // was issued and is due later is tried issued at the late one's after_step instead (at most
-// ready_before_step - 1); a change is kept when the simulated step time drops, and the search
+// ready_before_step - 1, and a prefetch never past a step where a recompute reads its tensor:
+// latest_issue); a change is kept when the simulated step time drops, and the search
 // starts again from the new plan. Issuing later never breaks the budget or the rules: an
 // evict's tensor stays resident until ready_before_step as before, a prefetched one is
-// resident from after_step + 1, later, and no use moves into [after_step + 1,
-// ready_before_step - 1]. At most `max_simulations` simulations. Returns the actions sorted as
+// resident from after_step + 1, later, but still at every recompute that reads it, and no use
+// moves into [after_step + 1, ready_before_step - 1]. At most `max_simulations` simulations. Returns the actions sorted as
 // plan_swaps sorts them, and their simulated step time.
 double delay_transfers(const TrainingGraph& graph, const std::vector<double>& compute_us,
                        const Mechanism& mechanism, const DeviceProfile& device,
@@ -102,7 +103,8 @@ double delay_transfers(const TrainingGraph& graph, const std::vector<double>& co
 // to a prefetch issued early for hiding. For each stalled step whose last wait is an evict (the
 // worst stall first), each prefetch whose tensor is resident at that step only because it was
 // issued at or before it is tried issued later (just late enough to be off at that step, then
-// by doubling steps, up to its ready_before_step - 1), and the evict's deadline is then moved
+// by doubling steps, up to its ready_before_step - 1 and before any step where a recompute
+// reads its tensor), and the evict's deadline is then moved
 // as late as the budget (resident_bytes) allows, but not past the tensor's next use nor past
 // the issue of its next prefetch. A change is kept when the simulated step time drops. Both
 // changes keep every rule: the prefetched tensor is resident over fewer steps, the evicted one
