@@ -9,6 +9,7 @@ for each model:
                 ResNet: torch.utils.checkpoint.checkpoint of each layerN
   autovm_soc    autovm.attach under a plan whose budget is save_on_cpu's measured peak
   autovm_half   autovm.attach under a plan whose budget is 50 % of plain's measured peak
+  autovm_ckpt   autovm.attach under a plan whose budget is checkpointing's measured peak
   autovm_free   autovm.attach under a plan without a budget (no actions): plain PyTorch seen
                 through the adapter's boundaries (not in the default --configs; for
                 --trace-memory)
@@ -23,7 +24,8 @@ every plan boundary torch.cuda.memory_allocated() and the peak since the previou
 autovm-plan does not run on the GPU machine (no Debian libraries there), so plans are made
 beforehand, here, with --make-plans (CPU, Debian's torch 1.13), from the peaks measured on the
 H200 (/work/shared/facts/h200.md): VGG-19 b256 plain 22.3 GB, save_on_cpu 18.4 GB; ResNet-50
-b256 plain 22.5 GB, save_on_cpu 4.2 GB (GB = 1e9 B). Each budget is what PyTorch may hold:
+b256 plain 22.5 GB, save_on_cpu 4.2 GB (GB = 1e9 B); checkpointing's peaks from this script's
+own runs (tools/bench/data/h200/v5: VGG-19 19.22 GB, ResNet-50 12.66 GB). Each budget is what PyTorch may hold:
 autovm.plan() plans under it less PyTorch's modelled extra memory over AutoVM's training graph,
 moving saved activations and the input only (--movable activation,input; the adapter moves
 nothing else); the manifest records the budget, the planner's budget and the margin, and the
@@ -52,18 +54,18 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 BATCH = 256
 RESOLUTION = 224
 # Peaks measured on the H200 with PyTorch 2.11 (h200.md), bytes.
-MEASURED = {"vgg19": {"plain": 22.3e9, "save_on_cpu": 18.4e9},
-            "resnet50": {"plain": 22.5e9, "save_on_cpu": 4.2e9}}
+MEASURED = {"vgg19": {"plain": 22.3e9, "save_on_cpu": 18.4e9, "checkpoint": 19.22e9},
+            "resnet50": {"plain": 22.5e9, "save_on_cpu": 4.2e9, "checkpoint": 12.66e9}}
 PLAN_LABELS = {"autovm_soc": "the save_on_cpu peak", "autovm_half": "50 % of plain's peak",
-               "autovm_free": "no budget"}
-CONFIGS = ["plain", "save_on_cpu", "checkpoint", "autovm_soc", "autovm_half"]
+               "autovm_ckpt": "the checkpoint peak", "autovm_free": "no budget"}
+CONFIGS = ["plain", "save_on_cpu", "checkpoint", "autovm_soc", "autovm_half", "autovm_ckpt"]
 NO_BUDGET = 10**15  # bytes: more than any step holds, so the plan has no actions
 
 
 def budgets(name):
     m = MEASURED[name]
     return {"autovm_soc": int(m["save_on_cpu"]), "autovm_half": int(m["plain"] * 0.5),
-            "autovm_free": NO_BUDGET}
+            "autovm_ckpt": int(m["checkpoint"]), "autovm_free": NO_BUDGET}
 
 
 def plan_path(d, name, label):
