@@ -3,13 +3,12 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <vector>
 
 #include "util/error.h"
+#include "util/json_file.h"
 
 namespace autovm {
 
@@ -28,12 +27,7 @@ int64_t bytes_value(const std::string& path, const std::string& where, const nlo
 }  // namespace
 
 int64_t apply_step_reserve(const std::string& path, TrainingGraph& g) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) bad(path, "cannot be read; check the path");
-  std::ostringstream text;
-  text << in.rdbuf();
-  nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) bad(path, "is not valid JSON");
+  nlohmann::json doc = read_json_file("reserve file", path);
   if (!doc.is_object() || doc.contains("step_bytes") == doc.contains("by_node"))
     bad(path, "must be an object with exactly one of \"step_bytes\" (a list, bytes per step) or "
               "\"by_node\" (an object {\"<node>/<op>\": bytes})");

@@ -5,12 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "util/error.h"
+#include "util/json_file.h"
 
 namespace autovm {
 
@@ -57,12 +56,7 @@ std::vector<double> predict_step_times(const TrainingGraph& graph, const DeviceP
 
 void apply_measured_step_times(const std::string& path, const TrainingGraph& graph,
                                std::vector<double>& times) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) bad(path, "cannot be read; check the path");
-  std::ostringstream text;
-  text << in.rdbuf();
-  nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) bad(path, "is not valid JSON");
+  nlohmann::json doc = read_json_file("measured step times", path);
   if (!doc.is_object() || doc.contains("step_us") == doc.contains("by_node"))
     bad(path, "must be an object with exactly one of \"step_us\" (a list, one time per step) or "
               "\"by_node\" (an object {\"<node>/<op>\": us})");

@@ -9,16 +9,6 @@
 
 namespace autovm {
 
-bool cheap_to_recompute(const Step& s) {
-  if (s.phase != Phase::forward || s.outputs.size() != 1) return false;
-  if (s.op == "Conv" || s.op == "Gemm" || s.op == "MatMul" || s.op == "BatchNormalization" ||
-      s.op == "Dropout")
-    return false;
-  for (TensorId in : s.inputs)
-    if (in == s.outputs[0]) return false;
-  return true;
-}
-
 std::vector<Gap> find_gaps(const TrainingGraph& g, const std::vector<Lifetime>& life,
                            MovableKinds movable) {
   std::vector<Gap> gaps;

@@ -34,11 +34,6 @@ struct Gap {
   bool covers(StepIndex s) const { return wrap ? (s > after || s < before) : (after < s && s < before); }
 };
 
-// A forward step that can cheaply run again to regenerate its one output: not a convolution,
-// matrix product, batch norm (it updates running statistics) or dropout (random), and not in
-// place.
-bool cheap_to_recompute(const Step& step);
-
 std::vector<Gap> find_gaps(const TrainingGraph& graph, const std::vector<Lifetime>& life,
                            MovableKinds movable = {});
 

@@ -43,6 +43,21 @@ struct Chain {
 
 constexpr size_t kMaxChainSteps = 12;
 
+// The forward step a recompute chain may run again to make x (docs/execution-model.md,
+// "Recompute chains"), or null: x is persistent, an input or a label, or its producer is not
+// a forward step, is a dropout (random), or updates x in place.
+const Step* rerunnable_producer(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                                TensorId x) {
+  const Lifetime& l = life[size_t(x)];
+  const TensorKind kind = g.tensor(x).kind;
+  if (l.persistent || kind == TensorKind::input || kind == TensorKind::label) return nullptr;
+  const Step& p = g.step(l.first);
+  if (p.phase != Phase::forward || p.op == "Dropout") return nullptr;
+  if (std::find(p.outputs.begin(), p.outputs.end(), x) == p.outputs.end()) return nullptr;
+  if (std::find(p.inputs.begin(), p.inputs.end(), x) != p.inputs.end()) return nullptr;
+  return &p;
+}
+
 // Link time left in each step's compute window, for transfers to hide behind (one per
 // direction; one shared when the mechanism is not duplex). Range sums by a Fenwick tree; a
 // reservation fills the window from its front (evictions) or its back (prefetches).
@@ -210,13 +225,9 @@ class Selector {
 
   // Adds the producer of x (and, recursively, of its dead inputs) to the chain.
   bool add_producer(TensorId x, Chain& c) const {
-    const Lifetime& l = life_[size_t(x)];
-    const TensorKind kind = g_.tensor(x).kind;
-    if (l.persistent || kind == TensorKind::input || kind == TensorKind::label) return false;
-    const Step& p = g_.step(l.first);
-    if (p.phase != Phase::forward || p.op == "Dropout") return false;
-    if (std::find(p.outputs.begin(), p.outputs.end(), x) == p.outputs.end()) return false;
-    if (std::find(p.inputs.begin(), p.inputs.end(), x) != p.inputs.end()) return false;
+    const Step* producer = rerunnable_producer(g_, life_, x);
+    if (!producer) return false;
+    const Step& p = *producer;
     if (std::find(c.steps.begin(), c.steps.end(), p.id) != c.steps.end()) return true;
     if (c.steps.size() >= kMaxChainSteps) return false;
     c.steps.push_back(p.id);
@@ -804,13 +815,9 @@ class Regenerator {
 
  private:
   bool add_producer(TensorId x, Regeneration& r) const {
-    const Lifetime& l = life_[size_t(x)];
-    const TensorKind kind = g_.tensor(x).kind;
-    if (l.persistent || kind == TensorKind::input || kind == TensorKind::label) return false;
-    const Step& p = g_.step(l.first);
-    if (p.phase != Phase::forward || p.op == "Dropout") return false;
-    if (std::find(p.outputs.begin(), p.outputs.end(), x) == p.outputs.end()) return false;
-    if (std::find(p.inputs.begin(), p.inputs.end(), x) != p.inputs.end()) return false;
+    const Step* producer = rerunnable_producer(g_, life_, x);
+    if (!producer) return false;
+    const Step& p = *producer;
     if (std::find(r.steps.begin(), r.steps.end(), p.id) != r.steps.end()) return true;
     if (r.steps.size() >= kMaxChainSteps) return false;
     r.steps.push_back(p.id);
