@@ -499,7 +499,7 @@ double whole_tensor_bound(StepIndex s, double e, const std::vector<OffAble>& ite
   std::stable_sort(moved.begin(), moved.end(),
                    [](const OffAble* a, const OffAble* b) { return a->bytes < b->bytes; });
   double covered = regenerable;
-  size_t first = moved.size();  // the smallest moved tensor every cover needs one as large as
+  size_t first = moved.size();  // every cover moves a tensor at least as large as this one
   for (size_t i = 0; i < moved.size(); ++i) {
     covered += double(moved[i]->bytes);
     if (covered >= e) {
@@ -514,10 +514,12 @@ double whole_tensor_bound(StepIndex s, double e, const std::vector<OffAble>& ite
   auto computed = [&](StepIndex a, StepIndex b) {  // steps [a, b]
     return b < a ? 0.0 : sum.compute_to(b + 1) - sum.compute_to(a);
   };
+  // Every tensor as large as moved[first] may be the one, those of equal size before it too.
+  const int64_t least = moved[first]->bytes;
   double best = kInf;
-  for (size_t i = first; i < moved.size(); ++i) {
-    if (moved[i]->bytes < moved[first]->bytes) continue;
-    const OffAble& x = *moved[i];
+  for (const OffAble* candidate : moved) {
+    if (candidate->bytes < least) continue;
+    const OffAble& x = *candidate;
     double t = all;
     if (x.release >= 0) {  // evicted after step `release`, complete before s
       double window = stalls(x.release, s);

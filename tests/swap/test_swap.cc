@@ -320,6 +320,38 @@ TEST_CASE("the lower bound: a cover of the excess with whole tensors") {
         doctest::Approx(260).epsilon(1e-6));
 }
 
+TEST_CASE("the lower bound: whole tensors of equal size are each a candidate") {
+  // 1 B/us each way, no fixed costs, budget 152 B; steps 10 us each but step 6, 100 us
+  // (C = 170). a, b, c 50 B each (dropouts': never regenerated); d, f, g, h 2 B; e 80 B:
+  //   step 0: a = Dropout()  step 1: b = Dropout()  step 2: c = Dropout()  step 3: d = D(a, b, c)
+  //   step 4: e = E(d)       step 5: f = F(c)       step 6: g = G(b, f)    step 7: h = H(a, g)
+  // Live: 50, 100, 150, 152, 232, 152, 104, 54: only step 4 is over, by 80 B; a, b, c are
+  // off-able there, all released at 3, due at 7, 6 and 5.
+  // Forced: a, b, c leave at 4 together, 150 B against 70 B of room: D(4) = 80 us (C + F = 250).
+  // Whole tensors: no one 50 B tensor covers 80 B, so a cover moves one of a, b, c. Sorted by
+  // size, a comes first and does not complete a cover alone; it is a candidate all the same
+  // (only b and c would give 290 and 300). a: its eviction (50 us) is within the forced 80 us
+  // before step 4; its prefetch has steps 5-6 (110 us) before step 7: +0, so 250.
+  // bound(4), fractional: the 80 B leave after step 3: start(4) >= 40 + 80 = 120; c_4 = 10;
+  // then the latest-due bytes, a's 50 (due at 7) and 30 of b's (due at 6): max(C_>4 = 120,
+  // 30 + C_>=6 = 140, 80 + C_>=7 = 90) = 140: 270 us, the bound. A plan moves two whole
+  // tensors (a and b: 100 us before step 4, b back by step 6 past 10 us, a by step 7): 310 us.
+  TrainingGraph g = graph_of({50, 50, 50, 2, 80, 2, 2, 2},
+                             {{"Dropout", {}, {0}}, {"Dropout", {}, {1}}, {"Dropout", {}, {2}},
+                              {"D", {0, 1, 2}, {3}}, {"E", {3}, {4}}, {"F", {2}, {5}},
+                              {"G", {1, 5}, {6}}, {"H", {0, 6}, {7}}});
+  std::vector<double> c = {10, 10, 10, 10, 10, 10, 100, 10};
+  auto life = compute_lifetimes(g);
+  auto tl = compute_timeline(g, life);
+  REQUIRE(tl.total == std::vector<int64_t>{50, 100, 150, 152, 232, 152, 104, 54});
+  auto b = lower_bound(g, life, tl.total, c, 152, slow_link());
+  CHECK(b.forced_stall_us == doctest::Approx(80));
+  CHECK(b.bound_us == doctest::Approx(270).epsilon(1e-6));
+  CHECK(b.critical_step == 4);
+  CHECK(simulate(g, plan(g, 152, true, c), c, slow_link(), DeviceProfile{}).step_time_us >=
+        b.bound_us);
+}
+
 TEST_CASE("gaps, including a persistent tensor's wrap-around gap") {
   TrainingGraph g = five_steps("Conv");
   g.add_tensor("w", TensorKind::parameter, DType::u8, {10});
