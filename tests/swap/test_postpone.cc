@@ -6,8 +6,11 @@
 #include "plan/baselines.h"
 #include "plan/simulator.h"
 #include "plan/swap_planner.h"
+#include "swap_test_util.h"
 
 using namespace autovm;
+using autovm::test::duplex_link;
+using autovm::test::transfer;
 
 namespace {
 
@@ -22,12 +25,7 @@ TrainingGraph eleven_steps() {
   std::vector<TensorId> link(11, kNoTensor);
   for (int s = 1; s <= 10; ++s) link[size_t(s)] = g.add_tensor("l" + std::to_string(s), TensorKind::activation, DType::u8, {0});
   auto step = [&](std::vector<TensorId> in, std::vector<TensorId> out) {
-    Step st;
-    st.id = g.step_count();
-    st.op = "Op";
-    st.inputs = std::move(in);
-    st.outputs = std::move(out);
-    g.steps.push_back(st);
+    test::add_op_step(g, std::move(in), std::move(out));
   };
   step({}, {y});
   step({y}, {link[1]});
@@ -38,26 +36,6 @@ TrainingGraph eleven_steps() {
   step({link[8]}, {link[9]});
   step({link[9], x}, {link[10]});
   return g;
-}
-
-Mechanism duplex_link() {  // 1 byte per microsecond each way, both at once
-  Mechanism m;
-  m.name = "mapped";
-  m.to_host = {0.001, 0};
-  m.to_device = {0.001, 0};
-  m.duplex = true;
-  return m;
-}
-
-Action transfer(ActionKind kind, TensorId t, StepIndex after, StepIndex ready) {
-  Action a;
-  a.kind = kind;
-  a.tensor = t;
-  a.bytes = 60;
-  a.after_step = after;
-  a.ready_before_step = ready;
-  a.mechanism = "mapped";
-  return a;
 }
 
 // The eleven-step graph, its lifetimes and 100 us a step; run() applies the pass to `actions`

@@ -6,8 +6,11 @@
 #include "plan/baselines.h"
 #include "plan/simulator.h"
 #include "plan/swap_planner.h"
+#include "swap_test_util.h"
 
 using namespace autovm;
+using autovm::test::duplex_link;
+using autovm::test::transfer;
 
 namespace {
 
@@ -28,13 +31,7 @@ TrainingGraph seven_steps(int64_t z_bytes) {
   TensorId l5 = g.add_tensor("l5", TensorKind::activation, DType::u8, {0});
   TensorId l6 = g.add_tensor("l6", TensorKind::activation, DType::u8, {0});
   auto step = [&](std::vector<TensorId> in, std::vector<TensorId> out) {
-    Step st;
-    st.id = g.step_count();
-    st.op = "Op";
-    st.phase = Phase::forward;
-    st.inputs = std::move(in);
-    st.outputs = std::move(out);
-    g.steps.push_back(st);
+    test::add_op_step(g, std::move(in), std::move(out));
   };
   step({}, {a});
   step({a}, {m});
@@ -44,26 +41,6 @@ TrainingGraph seven_steps(int64_t z_bytes) {
   step({y}, {l5, z});
   step({x, a, z}, {l6});
   return g;
-}
-
-Mechanism duplex_link() {  // 1 byte per microsecond each way, both at once
-  Mechanism m;
-  m.name = "mapped";
-  m.to_host = {0.001, 0};
-  m.to_device = {0.001, 0};
-  m.duplex = true;
-  return m;
-}
-
-Action transfer(ActionKind kind, TensorId t, StepIndex after, StepIndex ready) {
-  Action a;
-  a.kind = kind;
-  a.tensor = t;
-  a.bytes = 60;
-  a.after_step = after;
-  a.ready_before_step = ready;
-  a.mechanism = "mapped";
-  return a;
 }
 
 // Steps 0 and 3-6 take 100 us, steps 1 and 2 (M and P) 5 us each. x is moved: evicted after
