@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
@@ -56,36 +55,12 @@ std::vector<double> predict_step_times(const TrainingGraph& graph, const DeviceP
 
 void apply_measured_step_times(const std::string& path, const TrainingGraph& graph,
                                std::vector<double>& times) {
-  nlohmann::json doc = read_json_file("measured step times", path);
-  if (!doc.is_object() || doc.contains("step_us") == doc.contains("by_node"))
-    bad(path, "must be an object with exactly one of \"step_us\" (a list, one time per step) or "
-              "\"by_node\" (an object {\"<node>/<op>\": us})");
+  std::vector<std::string> keys;
+  for (const Step& s : graph.steps) keys.push_back(s.node + "/" + s.op);
+  auto values = read_step_values("measured step times", path, "step_us", "times", keys);
   times.resize(graph.steps.size(), 0.0);
-
-  if (doc.contains("step_us")) {
-    const auto& list = doc["step_us"];
-    if (!list.is_array()) bad(path, "\"step_us\" must be a list of numbers");
-    if (list.size() != graph.steps.size())
-      bad(path, fmt::format("\"step_us\" has {} times but the training step has {} steps",
-                            list.size(), graph.steps.size()));
-    for (size_t i = 0; i < list.size(); ++i)
-      times[i] = time_value(path, fmt::format("step_us[{}]", i), list[i]);
-    return;
-  }
-
-  const auto& by_node = doc["by_node"];
-  if (!by_node.is_object()) bad(path, "\"by_node\" must be an object {\"<node>/<op>\": us}");
-  std::map<std::string, std::vector<size_t>> steps_of;  // every step with that key
-  for (const Step& s : graph.steps) steps_of[s.node + "/" + s.op].push_back(static_cast<size_t>(s.id));
-  for (const auto& [key, value] : by_node.items()) {
-    auto it = steps_of.find(key);
-    if (it == steps_of.end())
-      bad(path, fmt::format("\"by_node\" key '{}' matches no step of the training step "
-                            "(keys are '<node>/<op>', e.g. '{}')",
-                            key, graph.steps.empty() ? "" : graph.steps[0].node + "/" + graph.steps[0].op));
-    double us = time_value(path, fmt::format("by_node['{}']", key), value);
-    for (size_t i : it->second) times[i] = us;
-  }
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i].named) times[i] = time_value(path, values[i].where, values[i].value);
 }
 
 }  // namespace autovm

@@ -98,6 +98,7 @@ TEST_CASE("a bad reserve file is a usage error that names the file and the fault
   fails_with(R"({"step_bytes": [1, -2, 3]})", "step_bytes[1] must be a non-negative whole number");
   fails_with(R"({"step_bytes": [1, 2.5, 3]})", "step_bytes[1] must be a non-negative whole number");
   fails_with(R"({"by_node": {"s9/Relu": 1}})", "matches no step");
+  fails_with(R"({"by_node": {"s1/Relu": null}})", "by_node['s1/Relu'] must be a non-negative");
   fails_with(R"({"step_bytes": [0, 0, 0], "by_node": {}})", "exactly one of");
   fails_with("not json", "is not valid JSON");
   TrainingGraph g = three_steps();
