@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <future>
 #include <optional>
+#include <ranges>
 
 #include "analysis/arena.h"
 #include "analysis/lifetimes.h"
@@ -17,6 +18,7 @@
 #include "plan/bound.h"
 #include "plan/cost_model.h"
 #include "plan/device_profile.h"
+#include "plan/gap_split.h"
 #include "plan/gaps.h"
 #include "plan/simulator.h"
 #include "plan/swap_planner.h"
@@ -116,12 +118,12 @@ void plan_under_budget(Plan& plan) {
     // cost 20-100 ms each and won nothing in the swap table (2026-11-30).
     constexpr StepIndex kStrategySteps = 400;
     constexpr int kBanPlans = 200;
+    const std::pair<SelectOrder, double> strategies[] = {
+        {SelectOrder::most_over, 0.1}, {SelectOrder::most_over, 0.0},
+        {SelectOrder::earliest, 0.1},  {SelectOrder::earliest, 0.0},
+        {SelectOrder::latest, 0.1},    {SelectOrder::latest, 0.0}};
     if (g.step_count() <= kStrategySteps) {
-      const std::pair<SelectOrder, double> strategies[] = {
-          {SelectOrder::most_over, 0.0}, {SelectOrder::earliest, 0.1},
-          {SelectOrder::earliest, 0.0},  {SelectOrder::latest, 0.1},
-          {SelectOrder::latest, 0.0}};
-      for (auto [order, weight] : strategies) {
+      for (auto [order, weight] : strategies | std::views::drop(1)) {
         so.order = order;
         so.link_weight = weight;
         attempt({}, plan.options.allow_recompute);
@@ -133,6 +135,8 @@ void plan_under_budget(Plan& plan) {
     // 0.03-0.1 s more for VGG-19 on the shared 2-core machine (2026-11-30).
     if (g.step_count() <= kStrategySteps)
       ban_search(g, plan.lifetimes, plan.compute_us, mech, device, candidates, strategy_of, kBanPlans);
+    // The lifetimes each candidate was planned with: the true ones, or a gap split's.
+    std::vector<const std::vector<Lifetime>*> life_of(candidates.size(), &plan.lifetimes);
     if (g.step_count() <= kDelaySteps && candidates.size() > 1) {
       std::vector<std::pair<double, size_t>> times;
       for (size_t i = 0; i < candidates.size(); ++i)
@@ -142,20 +146,57 @@ void plan_under_budget(Plan& plan) {
       std::vector<std::vector<Action>> top;
       for (size_t k = 0; k < 2 && k < times.size(); ++k) top.push_back(std::move(candidates[times[k].second]));
       candidates.swap(top);
+      life_of.resize(candidates.size());
+    }
+    // Gap splits (plan/gap_split.h) on the same small graphs: each split planned with every
+    // strategy; the fastest by the simulator joins the candidates with its lifetimes.
+    // kSplitTensors x kSplitSteps x 6 plans: 0.2 s more for VGG-19 on the 2-core machine.
+    constexpr size_t kSplitTensors = 3, kSplitSteps = 40;
+    std::vector<Lifetime> split_life;
+    if (g.step_count() <= kStrategySteps && plan.options.allow_recompute) {
+      std::vector<int64_t> unavoidable = unavoidable_bytes(g, plan.lifetimes, so.movable);
+      double best_time = 0;
+      std::vector<Action> best;
+      for (const GapSplit& split : gap_splits(g, plan.lifetimes, unavoidable, budget, so.movable,
+                                              kSplitTensors, kSplitSteps)) {
+        std::vector<Lifetime> life = split_at(plan.lifetimes, split);
+        for (auto [order, weight] : strategies) {
+          SwapOptions with = so;
+          with.order = order;
+          with.link_weight = weight;
+          try {
+            std::vector<Action> c = plan_swaps(g, life, plan.compute_us, mech, with);
+            double t = simulate(g, c, plan.compute_us, mech, device).step_time_us;
+            if (best.empty() || t < best_time) {
+              best_time = t;
+              best = std::move(c);
+              split_life = life;
+            }
+          } catch (const Error& e) {
+            if (e.kind() != ErrorKind::infeasible) throw;
+          }
+        }
+      }
+      if (!best.empty()) {
+        candidates.push_back(std::move(best));
+        life_of.push_back(&split_life);
+      }
     }
     if (g.step_count() <= kDelaySteps)
-      for (auto& c : candidates) {
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        std::vector<Action>& c = candidates[i];
+        const std::vector<Lifetime>& life = *life_of[i];
         // Each simulation costs about steps + actions: bound the pass's work.
         int64_t size = g.step_count() + int64_t(c.size());
         int sims = int(std::min<int64_t>(kDelaySimulations, kDelayWork / std::max<int64_t>(size, 1)));
         delay_transfers(g, plan.compute_us, mech, device, c, sims);
-        double t = postpone_for_evictions(g, plan.lifetimes, plan.compute_us, mech, device, budget, c, sims);
+        double t = postpone_for_evictions(g, life, plan.compute_us, mech, device, budget, c, sims);
         // regenerate_moved (swap_planner.h), then the two passes again on what it changed.
         if (plan.options.allow_recompute &&
-            regenerate_moved(g, plan.lifetimes, plan.compute_us, mech, device, budget,
+            regenerate_moved(g, life, plan.compute_us, mech, device, budget,
                              plan.options.movable, c, sims) < t) {
           delay_transfers(g, plan.compute_us, mech, device, c, sims);
-          postpone_for_evictions(g, plan.lifetimes, plan.compute_us, mech, device, budget, c, sims);
+          postpone_for_evictions(g, life, plan.compute_us, mech, device, budget, c, sims);
         }
       }
     double best = 0;
