@@ -148,38 +148,19 @@ void plan_under_budget(Plan& plan) {
       candidates.swap(top);
       life_of.resize(candidates.size());
     }
-    // Gap splits (plan/gap_split.h) on the same small graphs: each split planned with every
-    // strategy; the fastest by the simulator joins the candidates with its lifetimes.
-    // kSplitTensors x kSplitSteps x 6 plans: 0.2 s more for VGG-19 on the 2-core machine.
-    constexpr size_t kSplitTensors = 3, kSplitSteps = 40;
-    std::vector<Lifetime> split_life;
+    // Gap splits (plan/gap_split.h) on the same small graphs: the plan each level of the search
+    // kept joins the candidates with the lifetimes it was planned with (the passes below use
+    // them). VGG-19 b256 --budget min: 0.14 -> 0.24 s on the 2-core machine (2026-11-30).
+    std::vector<SplitPlan> split_plans;
     if (g.step_count() <= kStrategySteps && plan.options.allow_recompute) {
-      std::vector<int64_t> unavoidable = unavoidable_bytes(g, plan.lifetimes, so.movable);
-      double best_time = 0;
-      std::vector<Action> best;
-      for (const GapSplit& split : gap_splits(g, plan.lifetimes, unavoidable, budget, so.movable,
-                                              kSplitTensors, kSplitSteps)) {
-        std::vector<Lifetime> life = split_at(plan.lifetimes, split);
-        for (auto [order, weight] : strategies) {
-          SwapOptions with = so;
-          with.order = order;
-          with.link_weight = weight;
-          try {
-            std::vector<Action> c = plan_swaps(g, life, plan.compute_us, mech, with);
-            double t = simulate(g, c, plan.compute_us, mech, device).step_time_us;
-            if (best.empty() || t < best_time) {
-              best_time = t;
-              best = std::move(c);
-              split_life = life;
-            }
-          } catch (const Error& e) {
-            if (e.kind() != ErrorKind::infeasible) throw;
-          }
-        }
-      }
-      if (!best.empty()) {
-        candidates.push_back(std::move(best));
-        life_of.push_back(&split_life);
+      SwapOptions with;
+      with.budget_bytes = budget;
+      with.movable = so.movable;
+      split_plans = search_gap_splits(g, plan.lifetimes, plan.compute_us, mech, device, with,
+                                      SplitSearch{});
+      for (SplitPlan& sp : split_plans) {
+        candidates.push_back(std::move(sp.actions));
+        life_of.push_back(&sp.life);
       }
     }
     if (g.step_count() <= kDelaySteps)

@@ -11,6 +11,8 @@
 
 #include "driver/pipeline.h"
 #include "emit/plan_json.h"
+#include "plan/device_profile.h"
+#include "plan/gap_split.h"
 #include "model_builder.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -125,4 +127,52 @@ TEST_CASE("random CNNs: every plan passes the independent verifier") {
   CHECK(plans == int(4 * seeds));
   CHECK(with_actions >= int(5 * seeds / 2));
   if (!std::getenv("AUTOVM_KEEP_PLANS")) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("gap-split search: the same plans on one thread as on two") {
+  DeviceProfile device = load_device_profile("h200-pcie");
+  const Mechanism& mech = device.mechanism(device.default_mechanism);
+  int searched = 0;
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    CAPTURE(seed);
+    model::Model m = random_cnn(seed);
+    PlanOptions o;
+    o.batch = m.values[0].shape[0];
+    o.budget_bytes = int64_t(1) << 60;
+    o.optimizer = training::Optimizer::momentum;
+    Plan base = make_plan(m, o, true);
+    o.budget_bytes = base.timeline.peak_bytes / 2;
+    PlanOptions omin = o;
+    omin.minimum_budget = true;
+    o.budget_bytes = std::max(o.budget_bytes, make_plan(m, omin, true).options.budget_bytes);
+    Plan p = make_plan(m, o, true);
+    SwapOptions so;
+    so.budget_bytes = o.budget_bytes;
+    SplitSearch one, two;
+    one.threads = 1;
+    two.threads = 2;
+    const TrainingGraph& g = p.training.graph;
+    auto a = search_gap_splits(g, p.lifetimes, p.compute_us, mech, device, so, one);
+    auto b = search_gap_splits(g, p.lifetimes, p.compute_us, mech, device, so, two);
+    REQUIRE(a.size() == b.size());
+    searched += !a.empty();
+    for (size_t k = 0; k < a.size(); ++k) {
+      CAPTURE(k);
+      REQUIRE(a[k].splits.size() == k + 1);
+      REQUIRE(b[k].splits.size() == k + 1);
+      for (size_t i = 0; i <= k; ++i) {
+        CHECK(a[k].splits[i].tensor == b[k].splits[i].tensor);
+        CHECK(a[k].splits[i].at == b[k].splits[i].at);
+      }
+      if (k > 0) CHECK(a[k].step_time_us < a[k - 1].step_time_us);  // each level beat the last
+      CHECK(a[k].step_time_us == b[k].step_time_us);
+      REQUIRE(a[k].actions.size() == b[k].actions.size());
+      for (size_t i = 0; i < a[k].actions.size(); ++i) {
+        const Action &x = a[k].actions[i], &y = b[k].actions[i];
+        CHECK((x.kind == y.kind && x.tensor == y.tensor && x.after_step == y.after_step &&
+               x.ready_before_step == y.ready_before_step && x.source_step == y.source_step));
+      }
+    }
+  }
+  CHECK(searched > 0);  // some graph had a split to search
 }
