@@ -431,55 +431,110 @@ struct Prefix {
   double stall_from(StepIndex s) const { return stall.back() - stall[size_t(s)]; }
 };
 
-// bound(s) (bound.h): the least over M of Dep(M) + c_s + max(C_>s + F_>s + Rc(E - M), Arr(M)).
-double step_bound(StepIndex s, double e, const std::vector<OffAble>& items,
-                  const std::vector<double>& compute_us, const Prefix& sum, const Mechanism& mech) {
-  const StepIndex n = StepIndex(compute_us.size());
+// The pieces of bound(s) (bound.h) at one step s: the departure curve Dep(M), the arrival
+// curve Arr(M) (to the end of the step, or to the start of a later step s2 for pair bounds),
+// the least recompute Rc, and the range of M.
+struct StepTerms {
+  LinkCurve departure, arrival;
+  RecomputeCost rc;
+  double lo = 0, hi = 0;  // M in [lo, hi]
+};
+
+// Departures before s; arrivals after s due before `until` (n: the end of the step) counted to
+// the start of `until`; recomputes of the tensors due before `until` costed, the others free.
+StepTerms step_terms(StepIndex s, double e, const std::vector<OffAble>& items, const Prefix& sum,
+                     const Mechanism& mech, StepIndex until) {
+  const StepIndex n = StepIndex(sum.compute.size()) - 1;
   std::vector<std::pair<StepIndex, double>> by_release, by_deadline;  // (step, bytes)
   double total = 0, capacity = 0;
+  std::vector<OffAble> costed;
   for (const OffAble& it : items) {
     by_release.emplace_back(it.release, double(it.bytes));
     by_deadline.emplace_back(it.deadline, double(it.bytes));
     total += double(it.bytes);
     if (!std::isinf(it.cost)) capacity += double(it.bytes);
+    costed.push_back(it);
+    if (it.deadline > until && !std::isinf(it.cost)) costed.back().cost = 0;
   }
   std::sort(by_release.begin(), by_release.end());
   std::sort(by_deadline.begin(), by_deadline.end(), std::greater<>());
+  StepTerms t{LinkCurve(mech.to_host.bandwidth_gbps), LinkCurve(mech.to_device.bandwidth_gbps),
+              RecomputeCost(std::move(costed))};
   // Departures: the M bytes that left earliest; those after release j leave after step j ends.
-  LinkCurve departure(mech.to_host.bandwidth_gbps), arrival(mech.to_device.bandwidth_gbps);
-  departure.add(sum.compute_to(s) + sum.stall_to(s + 1), kInf);
+  t.departure.add(sum.compute_to(s) + sum.stall_to(s + 1), kInf);
   double earlier = 0;  // bytes released before j (or free to leave)
   for (size_t k = 0; k < by_release.size(); ++k) {
     auto [j, bytes] = by_release[k];
     if (j >= 0 && (k == 0 || by_release[k - 1].first != j))
-      departure.add(sum.compute_to(j + 1) + sum.stall_to(j + 1), earlier);
+      t.departure.add(sum.compute_to(j + 1) + sum.stall_to(j + 1), earlier);
     earlier += bytes;
   }
-  // Arrivals: the M bytes due latest; those due by j arrive before step j starts.
-  double later = 0;  // bytes due after j (or never back within the step)
+  // Arrivals: the M bytes due latest; those due by j arrive before step j starts, and steps
+  // j..until-1 and the stalls before j+1..until follow.
+  auto after_j = [&](StepIndex j) {
+    double compute = sum.compute_to(std::min(until, n)) - sum.compute_to(j);
+    double stalls = until >= n ? sum.stall_from(j + 1) : sum.stall_to(until + 1) - sum.stall_to(j + 1);
+    return compute + stalls;
+  };
+  double later = 0;  // bytes due after j (or never back within the window)
   for (size_t k = 0; k < by_deadline.size(); ++k) {
     auto [j, bytes] = by_deadline[k];
-    if (j < n && (k == 0 || by_deadline[k - 1].first != j))
-      arrival.add(sum.compute_from(j) + sum.stall_from(j + 1), later);
+    if (j < n && j <= until && (k == 0 || by_deadline[k - 1].first != j))
+      t.arrival.add(after_j(j), later);
     later += bytes;
   }
-  departure.done();
-  arrival.done();
-  RecomputeCost rc(items);
-  double c_after = sum.compute_from(s + 1) + sum.stall_from(s + 1);
-  auto time = [&](double moved) {
-    return departure(moved) + compute_us[size_t(s)] +
-           std::max(c_after + rc(e - moved), arrival(moved));
-  };
-  // At least e - capacity bytes must be moved, at most what may move; on the rest time() is
-  // finite and convex. (lo <= hi whenever the budget is feasible: gaps.h.)
-  double lo = std::max(0.0, e - capacity), hi = std::max(lo, std::min(e, total));
+  t.departure.done();
+  t.arrival.done();
+  // At least e - capacity bytes must be moved, at most what may move. (lo <= hi whenever the
+  // budget is feasible: gaps.h.)
+  t.lo = std::max(0.0, e - capacity);
+  t.hi = std::max(t.lo, std::min(e, total));
+  return t;
+}
+
+// The least of a function convex on [lo, hi], by ternary search.
+template <typename F>
+double convex_min(double lo, double hi, F f) {
   for (int i = 0; i < 100 && hi - lo > 0.5; ++i) {
     double m1 = lo + (hi - lo) / 3, m2 = hi - (hi - lo) / 3;
-    if (time(m1) <= time(m2)) hi = m2;
+    if (f(m1) <= f(m2)) hi = m2;
     else lo = m1;
   }
-  return std::min(time(lo), time(hi));
+  return std::min(f(lo), f(hi));
+}
+
+// bound(s) (bound.h): the least over M of Dep(M) + c_s + max(C_>s + F_>s + Rc(E - M), Arr(M)).
+// Each part is convex in M.
+double step_bound(StepIndex s, double e, const StepTerms& t, const std::vector<double>& compute_us,
+                  const Prefix& sum) {
+  double c_after = sum.compute_from(s + 1) + sum.stall_from(s + 1);
+  return convex_min(t.lo, t.hi, [&](double moved) {
+    return t.departure(moved) + compute_us[size_t(s)] +
+           std::max(c_after + t.rc(e - moved), t.arrival(moved));
+  });
+}
+
+// The time from the end of step s to the end of the training step, at least (bound(s)'s part
+// after s): the least over M of max(C_>s + F_>s + Rc(E - M), Arr(M)).
+double tail_bound(StepIndex s, double e, const StepTerms& t, const Prefix& sum) {
+  double c_after = sum.compute_from(s + 1) + sum.stall_from(s + 1);
+  return convex_min(t.lo, t.hi, [&](double moved) {
+    return std::max(c_after + t.rc(e - moved), t.arrival(moved));
+  });
+}
+
+// Pairs (bound.h): steps s1 < s2, `terms` those of s1 with arrivals and recomputes up to s2,
+// `tail` tail_bound(s2). The least over M (moved at s1) of Dep(M) + c_s1 + max(C and F over
+// (s1, s2) + Rc(E - M), Arr to s2 (M)) + c_s2 + tail.
+double pair_bound(StepIndex s1, double e1, const StepTerms& terms, StepIndex s2, double tail,
+                  const std::vector<double>& compute_us, const Prefix& sum) {
+  double between = sum.compute_to(s2) - sum.compute_to(s1 + 1) + sum.stall_to(s2 + 1) -
+                   sum.stall_to(s1 + 1);
+  return convex_min(terms.lo, terms.hi, [&](double moved) {
+           return terms.departure(moved) + compute_us[size_t(s1)] +
+                  std::max(between + terms.rc(e1 - moved), terms.arrival(moved));
+         }) +
+         compute_us[size_t(s2)] + tail;
 }
 
 // Whole tensors (bound.h): the least, over the tensors x some cover of the excess at s must
@@ -620,15 +675,48 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
   bool every = double(over.size()) * double(g.tensors.size()) <= kWholeTensorWork;
   std::vector<bool> candidate(n, false);
   for (StepIndex s : steps) candidate[size_t(s)] = true;
-  for (StepIndex s : every ? over : steps) {
-    double e = double(live[size_t(s)] - budget);
-    auto items = off_able_at(g, life, s, compute_us, regeneration, movable);
-    double t = whole_tensor_bound(s, e, items, sum, mech);
-    if (candidate[size_t(s)]) t = std::max(t, step_bound(s, e, items, compute_us, sum, mech));
+  auto keep = [&](double t, StepIndex s, double e) {
     if (t > b.bound_us) {
       b.bound_us = t;
       b.critical_step = s;
       b.must_move_bytes = int64_t(e);
+    }
+  };
+  std::vector<double> tail(n, 0);  // tail_bound at the candidate steps
+  for (StepIndex s : every ? over : steps) {
+    double e = double(live[size_t(s)] - budget);
+    auto items = off_able_at(g, life, s, compute_us, regeneration, movable);
+    double t = whole_tensor_bound(s, e, items, sum, mech);
+    if (candidate[size_t(s)]) {
+      StepTerms terms = step_terms(s, e, items, sum, mech, StepIndex(n));
+      t = std::max(t, step_bound(s, e, terms, compute_us, sum));
+      tail[size_t(s)] = tail_bound(s, e, terms, sum);
+    }
+    keep(t, s, e);
+  }
+  // Pairs (bound.h), where that stays cheap: the kPairEnds candidate steps s2 whose tail most
+  // exceeds the compute and stalls after them, each with every candidate step s1 before it.
+  constexpr size_t kPairEnds = 4;
+  std::vector<std::pair<double, StepIndex>> ends;
+  for (StepIndex s : steps) {
+    double extra = tail[size_t(s)] - sum.compute_from(s + 1) - sum.stall_from(s + 1);
+    if (extra > 0) ends.emplace_back(-extra, s);
+  }
+  std::sort(ends.begin(), ends.end());
+  if (ends.size() > kPairEnds) ends.resize(kPairEnds);
+  if (every && !ends.empty()) {
+    StepIndex last = std::max_element(ends.begin(), ends.end(), [](const auto& x, const auto& y) {
+                       return x.second < y.second;
+                     })->second;
+    for (StepIndex s1 : steps) {
+      if (s1 >= last) break;
+      double e1 = double(live[size_t(s1)] - budget);
+      auto items = off_able_at(g, life, s1, compute_us, regeneration, movable);
+      for (auto [extra, s2] : ends) {
+        if (s2 <= s1) continue;
+        StepTerms terms = step_terms(s1, e1, items, sum, mech, s2);
+        keep(pair_bound(s1, e1, terms, s2, tail[size_t(s2)], compute_us, sum), s1, e1);
+      }
     }
   }
   return b;

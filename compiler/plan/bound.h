@@ -100,6 +100,26 @@
 // the least of it over such x. Worked out at every over-budget step while (steps over the
 // budget) x (tensors) stays under 2e7, at the candidate steps (below) otherwise.
 //
+// Pairs. bound(s) sees one step; a step's time can be held by two. Take steps s1 < s2 and
+// M bytes moved at s1 (the rest of E(s1) regenerated). As in bound(s1), start(s1) >= Dep(M).
+// Between the end of s1 and the start of s2 the compute stream runs steps s1+1..s2-1, the
+// stalls before s1+1..s2, and the recomputes of the regenerated tensors due by s2 (each runs
+// before a step in [s1+1, d(x)]); the moved tensors due by s2 arrive there too, on the one
+// to-device queue after s1 ends. So
+//   start(s2) - end(s1) >= max(C and F over (s1, s2) + Rc_<=s2(E - M), Arr_<=s2(M)),
+// Rc_<=s2 the knapsack above with the tensors due after s2 free, Arr_<=s2 the arrival term
+// with the deadlines after s2 left out and each counted to the start of s2. After s2, as in
+// bound(s2) (its M' the bytes moved at s2, other transfers, later in time), the step takes at
+// least c_s2 + Tail(s2), Tail(s2) = the least over M' of max(C_>s2 + F_>s2 + Rc(E(s2) - M'),
+// Arr(M')). Together, the least over M of
+//   Dep(M) + c_s1 + max(C and F over (s1, s2) + Rc_<=s2(E - M), Arr_<=s2(M)) + c_s2 + Tail(s2),
+// convex in M as above. It counts a step's departures before s1 and the arrivals it forces after
+// s2 at once: VGG-19 at batch 256 and its least budget must move most of its forward
+// activations out before backward starts and bring its first block's back after step 88
+// (2026-11-30: 304.3 -> 310.0 ms). Worked out, where the whole-tensor term is (graph small
+// enough), for the 4 candidate steps s2 whose Tail(s2) most exceeds C_>s2 + F_>s2, each with
+// every candidate step s1 before it.
+//
 // Stalls, step compute and recompute are disjoint stretches of the compute stream, so the step
 // takes at least C + sum_b F(b); in bound(s) the stalls up to j (or s) add to the compute
 // before them, those after to the compute after. The bound is the largest of C + sum_b F(b) and

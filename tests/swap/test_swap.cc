@@ -320,6 +320,42 @@ TEST_CASE("the lower bound: a cover of the excess with whole tensors") {
         doctest::Approx(260).epsilon(1e-6));
 }
 
+TEST_CASE("the lower bound: a pair of steps, departures before one and arrivals after the other") {
+  // One queue per direction at 1 B/us (slow_link), no fixed costs, no recomputation; budget
+  // 60 B. a1, a2 20 B, p 40 B, q1-q3 10 B each, r 60 B, all dropouts' (never regenerated):
+  //   step 0: a1, q1, q2, q3 = Dropout()   step 1: a2 = Dropout()   step 2: p = Dropout()
+  //   step 3: Q(p)   step 4: U(a2)   step 5: V(a1)   step 6: r = Dropout()   step 7: W()
+  //   step 8: X(q1, q2, q3)
+  // Steps 0-6 take 10 us, 7 and 8 1 us (C = 72). Live: 50, 70, 110, 110, 70, 50, 90, 30, 30:
+  // over the budget at 1 (10 B), 2 and 3 (50 B), 4 (10 B) and 6 (30 B).
+  // Forced: a1 and q (50 B) leave at 1 together, where 40 B of room is left: D(1) = 10 us.
+  // Nothing else is forced (C + F = 82). Single steps: bound(2), M = 50 (a1 and q, released at
+  // 0, leave first): start(2) >= max(C_<2 + F = 30, C_0 + 50 = 60) = 60, then 10, then
+  // max(C_>2 = 42, q due at 8 and a1 at 5: 1 + 50 = 51): 121, the most of any single step.
+  // Pair (2, 6): start(2) >= 60 as above; from the end of step 2 to the start of step 6, steps
+  // 3-5 (30 us) and the moved bytes due by 6 (a1 at 5, after q's 30 B due at 8: 20 B, then
+  // step 5: 30 us): 30; step 6: 10; after it q (30 B, off at 6: r fills the budget) comes back
+  // before step 8, then step 8: max(C_>6 = 2, 30 + 1) = 31. Bound 60 + 10 + 30 + 10 + 31 =
+  // 141 us. (The best plan: q and a1 leave after step 0, steps 2-3 at 60-80, a1 back after 3
+  // by 100, step 5 100-110, step 6 to 120, q back after 6 by 150, step 8 to 151 us.)
+  TrainingGraph g = graph_of({20, 20, 40, 10, 10, 10, 60},
+                             {{"Dropout", {}, {0, 3, 4, 5}}, {"Dropout", {}, {1}},
+                              {"Dropout", {}, {2}}, {"Q", {2}, {}}, {"U", {1}, {}},
+                              {"V", {0}, {}}, {"Dropout", {}, {6}}, {"W", {}, {}},
+                              {"X", {3, 4, 5}, {}}});
+  std::vector<double> c = {10, 10, 10, 10, 10, 10, 10, 1, 1};
+  auto life = compute_lifetimes(g);
+  auto tl = compute_timeline(g, life);
+  REQUIRE(tl.total == std::vector<int64_t>{50, 70, 110, 110, 70, 50, 90, 30, 30});
+  auto b = lower_bound(g, life, tl.total, c, 60, slow_link(), MovableKinds{}, false);
+  CHECK(b.forced_stall_us == doctest::Approx(10));
+  CHECK(b.bound_us == doctest::Approx(141).epsilon(1e-6));
+  CHECK(b.critical_step == 2);
+  CHECK(b.must_move_bytes == 50);
+  CHECK(simulate(g, plan(g, 60, false, c), c, slow_link(), DeviceProfile{}).step_time_us >=
+        b.bound_us);
+}
+
 TEST_CASE("the lower bound: whole tensors of equal size are each a candidate") {
   // 1 B/us each way, no fixed costs, budget 152 B; steps 10 us each but step 6, 100 us
   // (C = 170). a, b, c 50 B each (dropouts': never regenerated); d, f, g, h 2 B; e 80 B:
