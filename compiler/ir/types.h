@@ -13,6 +13,12 @@
 //   action     a memory operation attached before or after a step: prefetch, evict, discard,
 //              recompute, advise.
 //   budget     the most bytes that may be resident on the GPU at any step.
+//   gap        a stretch between two consecutive uses of a tensor where it may be off the GPU
+//              (plan/gaps.h).
+//   gap split  a backward step added to a saved activation's uses while planning, so that the
+//              planner may regenerate it there and move it from there (plan/gap_split.h).
+//   bound      a step time no plan beats under a budget (plan/bound.h); a pair bound counts
+//              the departures before one step and the tail after a later one together.
 #pragma once
 
 #include <cstdint>
