@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <future>
+#include <limits>
 #include <optional>
 #include <ranges>
 
@@ -68,6 +69,11 @@ void plan_under_budget(Plan& plan) {
   int64_t budget = plan.options.budget_bytes;
   bool swaps = plan.timeline.peak_bytes > budget;
   SimResult sim;
+  std::optional<StepTimeBound> bound;  // worked out once, where first needed
+  auto bound_now = [&] {
+    return lower_bound(g, plan.lifetimes, plan.timeline.total, plan.compute_us, budget, mech,
+                       plan.options.movable, plan.options.allow_recompute);
+  };
   if (swaps) {
     // Strategies, judged by the simulator: moving tensors; moving with single-step
     // recomputation; and that on top of segment recomputation (checkpointing), which wins where
@@ -148,16 +154,36 @@ void plan_under_budget(Plan& plan) {
       candidates.swap(top);
       life_of.resize(candidates.size());
     }
-    // Gap splits (plan/gap_split.h) on the same small graphs: the plan each level of the search
-    // kept joins the candidates with the lifetimes it was planned with (the passes below use
-    // them). VGG-19 b256 --budget min: 0.14 -> 0.24 s on the 2-core machine (2026-11-30).
+    // Gap splits (plan/gap_split.h): the plan each level of the search kept joins the
+    // candidates with the lifetimes it was planned with (the passes below use them). On graphs
+    // of up to kStrategySteps steps every feasible step of the six largest activations, three
+    // levels (VGG-19 b256 --budget min: 0.14 -> 0.24 s on the 2-core machine, 2026-11-30). On
+    // larger ones, where a plan takes tens of milliseconds, up to kSplitSteps steps and only
+    // when the fastest candidate is more than kSplitGate times the bound: about kSplitCoarse
+    // steps of the largest activation, one level (DenseNet-121 b128 30 %: 0.18 -> 0.6-0.8 s).
+    constexpr size_t kSplitCoarse = 6;
+    constexpr StepIndex kSplitSteps = 4000;
+    constexpr double kSplitGate = 1.10;
     std::vector<SplitPlan> split_plans;
-    if (g.step_count() <= kStrategySteps && plan.options.allow_recompute) {
+    bool split = plan.options.allow_recompute && g.step_count() <= kStrategySteps;
+    if (plan.options.allow_recompute && !split && g.step_count() <= kSplitSteps) {
+      double fastest = std::numeric_limits<double>::infinity();
+      for (const auto& c : candidates)
+        fastest = std::min(fastest, simulate(g, c, plan.compute_us, mech, device).step_time_us);
+      bound = bound_now();
+      split = fastest > kSplitGate * bound->bound_us;
+    }
+    if (split) {
       SwapOptions with;
       with.budget_bytes = budget;
       with.movable = so.movable;
-      split_plans = search_gap_splits(g, plan.lifetimes, plan.compute_us, mech, device, with,
-                                      SplitSearch{});
+      SplitSearch search;
+      if (g.step_count() > kStrategySteps) {
+        search.max_tensors = 1;
+        search.coarse = kSplitCoarse;
+        search.levels = 1;
+      }
+      split_plans = search_gap_splits(g, plan.lifetimes, plan.compute_us, mech, device, with, search);
       for (SplitPlan& sp : split_plans) {
         candidates.push_back(std::move(sp.actions));
         life_of.push_back(&sp.life);
@@ -202,12 +228,10 @@ void plan_under_budget(Plan& plan) {
   plan.prediction = predict("autovm", sim, max_of(resident_bytes(g, plan.lifetimes, plan.actions)), budget);
   SimResult resident = simulate(g, {}, plan.compute_us, mech, device);
   plan.no_swap_step_time_us = resident.step_time_us;
-  StepTimeBound bound = lower_bound(g, plan.lifetimes, plan.timeline.total, plan.compute_us,
-                                    budget, mech, plan.options.movable,
-                                    plan.options.allow_recompute);
-  plan.bound_us = bound.bound_us;
-  plan.bound_critical_step = bound.critical_step;
-  plan.bound_must_move_bytes = bound.must_move_bytes;
+  if (!bound) bound = bound_now();
+  plan.bound_us = bound->bound_us;
+  plan.bound_critical_step = bound->critical_step;
+  plan.bound_must_move_bytes = bound->must_move_bytes;
   if (!swaps) return;
   plan.baselines.push_back(predict("no_swap", resident, plan.timeline.peak_bytes, budget));
   plan.baselines.push_back(predict(

@@ -1,6 +1,7 @@
 #include "plan/gap_split.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <future>
 #include <limits>
@@ -120,7 +121,6 @@ std::vector<SplitPlan> search_gap_splits(
     const std::vector<double>& compute_us, const Mechanism& mech, const DeviceProfile& device,
     const SwapOptions& options, const SplitSearch& search) {
   const std::vector<int64_t> unavoidable = unavoidable_bytes(g, life, options.movable);
-  const size_t stride = std::max<size_t>(1, search.stride);
   std::vector<SplitPlan> kept;
   SplitPlan current;
   current.life = life;
@@ -129,36 +129,63 @@ std::vector<SplitPlan> search_gap_splits(
     auto one = [&](const GapSplit& split) {
       return plan_split(g, current.life, compute_us, mech, device, options, split);
     };
-    std::map<TensorId, std::vector<StepIndex>> steps;  // each tensor's feasible split steps
+    std::map<TensorId, std::vector<StepIndex>> by_tensor;  // feasible split steps
     for (const GapSplit& s : gap_splits(g, current.life, unavoidable, options.budget_bytes,
                                         options.movable, search.max_tensors,
                                         std::numeric_limits<size_t>::max()))
-      steps[s.tensor].push_back(s.at);
-    // Every stride-th step of each tensor (its last too), then those within a stride of the
-    // tensor's fastest.
-    std::vector<GapSplit> coarse;
-    for (const auto& [tensor, at] : steps) {
-      for (size_t i = 0; i < at.size(); i += stride) coarse.push_back({tensor, at[i]});
-      if ((at.size() - 1) % stride != 0) coarse.push_back({tensor, at.back()});
-    }
-    std::vector<SplitPlan> tried = plan_splits(coarse, search.threads, one);
-    std::vector<GapSplit> fine;
-    for (const auto& [tensor, at] : steps) {
-      StepIndex centre = -1;
+      by_tensor[s.tensor].push_back(s.at);
+    struct Tensor {
+      TensorId id;
+      std::vector<StepIndex> at;
+      std::vector<bool> tried;
+      size_t centre = 0;
       double fastest = std::numeric_limits<double>::infinity();
-      for (size_t i = 0; i < coarse.size(); ++i)
-        if (coarse[i].tensor == tensor && tried[i].step_time_us < fastest) {
-          fastest = tried[i].step_time_us;
-          centre = coarse[i].at;
+    };
+    std::vector<Tensor> tensors;
+    for (auto& [id, at] : by_tensor) tensors.push_back({id, at, std::vector<bool>(at.size()), 0});
+    std::vector<SplitPlan> tried;
+    // Plans the (tensor, step index) pairs of a round together; each tensor's fastest is its
+    // centre.
+    auto round = [&](const std::vector<std::pair<size_t, size_t>>& picks) {
+      std::vector<GapSplit> splits;
+      for (auto [k, i] : picks) {
+        tensors[k].tried[i] = true;
+        splits.push_back({tensors[k].id, tensors[k].at[i]});
+      }
+      std::vector<SplitPlan> plans = plan_splits(splits, search.threads, one);
+      for (size_t j = 0; j < picks.size(); ++j) {
+        Tensor& t = tensors[picks[j].first];
+        if (plans[j].step_time_us < t.fastest) {
+          t.fastest = plans[j].step_time_us;
+          t.centre = picks[j].second;
         }
-      if (centre < 0) continue;
-      size_t c = size_t(std::find(at.begin(), at.end(), centre) - at.begin());
-      for (size_t i = c >= stride ? c - stride + 1 : 0; i < at.size() && i < c + stride; ++i)
-        if (i % stride != 0 && i != at.size() - 1) fine.push_back({tensor, at[i]});
+      }
+      tried.insert(tried.end(), std::make_move_iterator(plans.begin()),
+                   std::make_move_iterator(plans.end()));
+    };
+    // Every stride-th step of each tensor and its last, then around its fastest at half the
+    // stride, a quarter, ... down to one step.
+    size_t widest = 0;
+    std::vector<std::pair<size_t, size_t>> picks;
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      const size_t n = tensors[k].at.size();
+      size_t stride = search.coarse == 0 ? 1 : std::max<size_t>(1, (n + search.coarse - 1) / search.coarse);
+      widest = std::max(widest, stride);
+      for (size_t i = 0; i < n; i += stride) picks.push_back({k, i});
+      if ((n - 1) % stride != 0) picks.push_back({k, n - 1});
     }
-    std::vector<SplitPlan> refined = plan_splits(fine, search.threads, one);
-    tried.insert(tried.end(), std::make_move_iterator(refined.begin()),
-                 std::make_move_iterator(refined.end()));
+    round(picks);
+    for (size_t half = widest / 2; half >= 1; half /= 2) {
+      picks.clear();
+      for (size_t k = 0; k < tensors.size(); ++k) {
+        const Tensor& t = tensors[k];
+        if (std::isinf(t.fastest)) continue;
+        if (t.centre >= half && !t.tried[t.centre - half]) picks.push_back({k, t.centre - half});
+        if (t.centre + half < t.at.size() && !t.tried[t.centre + half])
+          picks.push_back({k, t.centre + half});
+      }
+      round(picks);
+    }
     size_t best = tried.size();
     for (size_t i = 0; i < tried.size(); ++i)
       if (tried[i].step_time_us < current.step_time_us &&

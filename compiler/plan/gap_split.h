@@ -41,17 +41,19 @@ std::vector<Lifetime> split_at(std::vector<Lifetime> life, const GapSplit& split
 // The search. Level by level, greedily: at each level every proposed split of the lifetimes
 // the previous level kept (none at first) is planned with `options` (the default select order
 // and link weight won every level on VGG-19 at batch 64-256 and 50-75 %, when each split was
-// planned with all six of pipeline.cc's strategies: 2026-11-30); of a tensor's steps, every
-// `stride`-th first, then those within a stride of its fastest. A level's fastest plan, by the
-// simulator, is kept when it beats the level before, and the search stops at the first that
-// does not (or after `levels`). The trials of a level are independent and run on
+// planned with all six of pipeline.cc's strategies: 2026-11-30). Of a tensor's feasible steps:
+// every one when `coarse` is 0; else about `coarse` evenly spread (a stride apart, the last
+// too), then the two steps half a stride either side of its fastest so far, a quarter, ...
+// down to one step (the landscape is not smooth: this only samples it). A level's fastest plan,
+// by the simulator, is kept when it beats the level before, and the search stops at the first
+// that does not (or after `levels`). The trials of a round are independent and run on
 // `threads` threads; the choice among them is made in their fixed order, so the result does
 // not depend on the thread count.
 struct SplitSearch {
   size_t max_tensors = 6;
-  size_t stride = 1;
+  size_t coarse = 0;   // steps sampled first per tensor; 0: every feasible step
   size_t levels = 3;
-  size_t threads = 2;  // trials of a level run on this many threads (the same plans)
+  size_t threads = 2;  // trials of a round run on this many threads (the same plans)
 };
 
 struct SplitPlan {
