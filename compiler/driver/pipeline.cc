@@ -6,7 +6,6 @@
 #include <future>
 #include <limits>
 #include <optional>
-#include <ranges>
 
 #include "analysis/arena.h"
 #include "analysis/lifetimes.h"
@@ -124,12 +123,12 @@ void plan_under_budget(Plan& plan) {
     // cost 20-100 ms each and won nothing in the swap table (2026-11-30).
     constexpr StepIndex kStrategySteps = 400;
     constexpr int kBanPlans = 200;
-    const std::pair<SelectOrder, double> strategies[] = {
-        {SelectOrder::most_over, 0.1}, {SelectOrder::most_over, 0.0},
-        {SelectOrder::earliest, 0.1},  {SelectOrder::earliest, 0.0},
-        {SelectOrder::latest, 0.1},    {SelectOrder::latest, 0.0}};
     if (g.step_count() <= kStrategySteps) {
-      for (auto [order, weight] : strategies | std::views::drop(1)) {
+      const std::pair<SelectOrder, double> strategies[] = {
+          {SelectOrder::most_over, 0.0}, {SelectOrder::earliest, 0.1},
+          {SelectOrder::earliest, 0.0},  {SelectOrder::latest, 0.1},
+          {SelectOrder::latest, 0.0}};
+      for (auto [order, weight] : strategies) {
         so.order = order;
         so.link_weight = weight;
         attempt({}, plan.options.allow_recompute);
@@ -158,15 +157,14 @@ void plan_under_budget(Plan& plan) {
     // candidates with the lifetimes it was planned with (the passes below use them). On graphs
     // of up to kStrategySteps steps every feasible step of the six largest activations, three
     // levels (VGG-19 b256 --budget min: 0.14 -> 0.24 s on the 2-core machine, 2026-11-30). On
-    // larger ones, where a plan takes tens of milliseconds, up to kSplitSteps steps and only
+    // larger ones, where a plan takes tens of milliseconds, up to kDelaySteps steps and only
     // when the fastest candidate is more than kSplitGate times the bound: about kSplitCoarse
     // steps of the largest activation, one level (DenseNet-121 b128 30 %: 0.18 -> 0.6-0.8 s).
     constexpr size_t kSplitCoarse = 6;
-    constexpr StepIndex kSplitSteps = 4000;
     constexpr double kSplitGate = 1.10;
     std::vector<SplitPlan> split_plans;
     bool split = plan.options.allow_recompute && g.step_count() <= kStrategySteps;
-    if (plan.options.allow_recompute && !split && g.step_count() <= kSplitSteps) {
+    if (plan.options.allow_recompute && !split && g.step_count() <= kDelaySteps) {
       double fastest = std::numeric_limits<double>::infinity();
       for (const auto& c : candidates)
         fastest = std::min(fastest, simulate(g, c, plan.compute_us, mech, device).step_time_us);

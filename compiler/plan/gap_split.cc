@@ -15,7 +15,7 @@ namespace autovm {
 
 std::vector<GapSplit> gap_splits(const TrainingGraph& g, const std::vector<Lifetime>& life,
                                  const std::vector<int64_t>& unavoidable, int64_t budget,
-                                 MovableKinds movable, size_t max_tensors, size_t max_steps) {
+                                 MovableKinds movable, size_t max_tensors) {
   struct Candidate {
     TensorId tensor;
     StepIndex after, before;  // the gap (after, before), both ends uses
@@ -48,22 +48,9 @@ std::vector<GapSplit> gap_splits(const TrainingGraph& g, const std::vector<Lifet
   for (const Candidate& c : found) {
     int64_t need = g.tensor(c.tensor).bytes;
     for (TensorId in : g.step(life[size_t(c.tensor)].first).inputs) need += g.tensor(in).bytes;
-    std::vector<StepIndex> fit;
     for (StepIndex t = c.after + 1; t < c.before; ++t)
       if (g.step(t).phase == Phase::backward && unavoidable[size_t(t)] + need <= budget)
-        fit.push_back(t);
-    if (fit.empty() || max_steps == 0) continue;
-    if (fit.size() <= max_steps) {
-      for (StepIndex t : fit) splits.push_back({c.tensor, t});
-      continue;
-    }
-    size_t count = std::min(max_steps, fit.size());
-    for (size_t i = 0; i < count; ++i) {
-      // Evenly spread, the last feasible step always among them.
-      size_t idx = count == 1 ? fit.size() - 1 : (fit.size() - 1) * i / (count - 1);
-      if (splits.empty() || splits.back().tensor != c.tensor || splits.back().at != fit[idx])
-        splits.push_back({c.tensor, fit[idx]});
-    }
+        splits.push_back({c.tensor, t});
   }
   return splits;
 }
@@ -131,8 +118,7 @@ std::vector<SplitPlan> search_gap_splits(
     };
     std::map<TensorId, std::vector<StepIndex>> by_tensor;  // feasible split steps
     for (const GapSplit& s : gap_splits(g, current.life, unavoidable, options.budget_bytes,
-                                        options.movable, search.max_tensors,
-                                        std::numeric_limits<size_t>::max()))
+                                        options.movable, search.max_tensors))
       by_tensor[s.tensor].push_back(s.at);
     struct Tensor {
       TensorId id;

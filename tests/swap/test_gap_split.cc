@@ -33,8 +33,8 @@ struct Case {
     life = compute_lifetimes(g);
     unavoidable = unavoidable_bytes(g, life);
   }
-  std::vector<GapSplit> splits(int64_t budget, size_t tensors = 4, size_t steps = 4) const {
-    return gap_splits(g, life, unavoidable, budget, MovableKinds{}, tensors, steps);
+  std::vector<GapSplit> splits(int64_t budget, size_t tensors = 4) const {
+    return gap_splits(g, life, unavoidable, budget, MovableKinds{}, tensors);
   }
   TrainingGraph g;
   TensorId a = kNoTensor;
@@ -58,7 +58,6 @@ TEST_CASE("gap splits: backward steps inside a forward-to-backward gap where the
   CHECK(pairs(c.splits(100)) == P{{c.a, 2}, {c.a, 3}});  // 65 and 95 B
   CHECK(pairs(c.splits(94)) == P{{c.a, 2}});             // 95 B does not fit at step 3
   CHECK(pairs(c.splits(64)).empty());                    // nor 65 B at step 2
-  CHECK(pairs(c.splits(100, 4, 1)) == P{{c.a, 3}});      // one step: the last that fits
   CHECK(pairs(c.splits(100, 0)).empty());                // no tensor
 }
 
