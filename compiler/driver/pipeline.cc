@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <future>
 #include <limits>
 #include <optional>
@@ -142,6 +143,7 @@ void plan_under_budget(Plan& plan) {
       ban_search(g, plan.lifetimes, plan.compute_us, mech, device, candidates, strategy_of, kBanPlans);
     // The lifetimes each candidate was planned with: the true ones, or a gap split's.
     std::vector<const std::vector<Lifetime>*> life_of(candidates.size(), &plan.lifetimes);
+    double fastest = std::numeric_limits<double>::infinity();  // simulated, when it was
     if (g.step_count() <= kDelaySteps && candidates.size() > 1) {
       std::vector<std::pair<double, size_t>> times;
       for (size_t i = 0; i < candidates.size(); ++i)
@@ -152,6 +154,7 @@ void plan_under_budget(Plan& plan) {
       for (size_t k = 0; k < 2 && k < times.size(); ++k) top.push_back(std::move(candidates[times[k].second]));
       candidates.swap(top);
       life_of.resize(candidates.size());
+      fastest = times.front().first;
     }
     // Gap splits (plan/gap_split.h): the plan each level of the search kept joins the
     // candidates with the lifetimes it was planned with (the passes below use them). On graphs
@@ -165,9 +168,8 @@ void plan_under_budget(Plan& plan) {
     std::vector<SplitPlan> split_plans;
     bool split = plan.options.allow_recompute && g.step_count() <= kStrategySteps;
     if (plan.options.allow_recompute && !split && g.step_count() <= kDelaySteps) {
-      double fastest = std::numeric_limits<double>::infinity();
-      for (const auto& c : candidates)
-        fastest = std::min(fastest, simulate(g, c, plan.compute_us, mech, device).step_time_us);
+      if (std::isinf(fastest))  // one candidate: not simulated above
+        fastest = simulate(g, candidates.front(), plan.compute_us, mech, device).step_time_us;
       bound = bound_now();
       split = fastest > kSplitGate * bound->bound_us;
     }

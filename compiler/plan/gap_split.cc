@@ -65,7 +65,7 @@ std::vector<Lifetime> split_at(std::vector<Lifetime> life, const GapSplit& split
 namespace {
 
 // One split of `life` planned with `options`, simulated (step_time_us infinite when the
-// split adds no use or the selection cannot finish).
+// selection cannot finish). gap_splits proposes steps strictly inside a gap: never a use.
 SplitPlan plan_split(const TrainingGraph& g, const std::vector<Lifetime>& life,
                      const std::vector<double>& compute_us, const Mechanism& mech,
                      const DeviceProfile& device, const SwapOptions& options,
@@ -73,7 +73,6 @@ SplitPlan plan_split(const TrainingGraph& g, const std::vector<Lifetime>& life,
   SplitPlan p;
   p.step_time_us = std::numeric_limits<double>::infinity();
   std::vector<Lifetime> split_life = split_at(life, split);
-  if (split_life[size_t(split.tensor)].uses == life[size_t(split.tensor)].uses) return p;
   try {
     p.actions = plan_swaps(g, split_life, compute_us, mech, options);
   } catch (const Error& e) {
