@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "analysis/pytorch_memory.h"
+#include "model/supported_ops.h"
 #include "driver/pipeline.h"
 #include "driver/summary.h"
 #include "emit/plan_json.h"
@@ -53,6 +54,10 @@ options:
                         PyTorch adapter's memory trace), planned as part of each step's
                         workspace
   --no-recompute        move tensors only; never plan recomputation
+  --recompute-ops OPS   recompute chains run only these ONNX ops (comma-separated, e.g.
+                        'BatchNormalization,Relu,MaxPool' for a trainer that can replay
+                        cheap ops but not convolutions); the lower bound allows the same
+                        (default: every forward op but Dropout)
   --movable KINDS       only tensors of these kinds (comma-separated, as the plan names
                         them: input, label, parameter, buffer, gradient, optimizer_state,
                         activation, activation_grad, workspace) may be evicted, discarded
@@ -99,11 +104,38 @@ struct Args {
   bool quiet = false;
   bool pytorch_memory = false;  // --memory-model pytorch
   bool bucket_given = false;
+  bool recompute_ops_given = false;
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
   throw autovm::Error(autovm::ErrorKind::usage,
                       message + "\n(run 'autovm-plan --help' for the options)");
+}
+
+// --recompute-ops: comma-separated ONNX op types that AutoVM supports, sorted and unique.
+autovm::RecomputeOps parse_recompute_ops(const std::string& text) {
+  autovm::RecomputeOps ops;
+  size_t begin = 0;
+  for (;;) {
+    size_t end = text.find(',', begin);
+    std::string item = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    if (item == "Dropout")
+      usage_error("--recompute-ops: Dropout cannot be recomputed (it is random: running it "
+                  "again gives another mask)");
+    if (!autovm::model::is_supported_op(item)) {
+      std::string names;
+      for (std::string_view n : autovm::model::supported_op_names())
+        names += fmt::format("{}{}", names.empty() ? "" : ", ", n);
+      usage_error(fmt::format("--recompute-ops: '{}' is not an ONNX op AutoVM supports: use {}",
+                              item, names));
+    }
+    ops.ops.push_back(item);
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  std::sort(ops.ops.begin(), ops.ops.end());
+  ops.ops.erase(std::unique(ops.ops.begin(), ops.ops.end()), ops.ops.end());
+  return ops;
 }
 
 // --movable: comma-separated tensor kind names, as the plan JSON writes them.
@@ -173,6 +205,9 @@ Args parse_args(int argc, char** argv, bool& done) {
       a.options.reserve_file = value();
     } else if (arg == "--no-recompute") {
       a.options.allow_recompute = false;
+    } else if (arg == "--recompute-ops") {
+      a.options.recompute_ops = parse_recompute_ops(value());
+      a.recompute_ops_given = true;
     } else if (arg == "--movable") {
       a.options.movable = parse_movable(value());
     } else if (arg == "--batch") {
@@ -213,6 +248,8 @@ Args parse_args(int argc, char** argv, bool& done) {
   }
   if (a.model.empty()) usage_error("no model given: autovm-plan MODEL.onnx [--budget SIZE]");
   if (a.bucket_given && !a.options.data_parallel.enabled) usage_error("--bucket-mb needs --data-parallel");
+  if (a.recompute_ops_given && !a.options.allow_recompute)
+    usage_error("--recompute-ops and --no-recompute contradict each other: give one");
   return a;
 }
 

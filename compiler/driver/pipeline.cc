@@ -72,7 +72,8 @@ void plan_under_budget(Plan& plan) {
   std::optional<StepTimeBound> bound;  // worked out once, where first needed
   auto bound_now = [&] {
     return lower_bound(g, plan.lifetimes, plan.timeline.total, plan.compute_us, budget, mech,
-                       plan.options.movable, plan.options.allow_recompute);
+                       plan.options.movable, plan.options.allow_recompute,
+                       plan.options.recompute_ops);
   };
   if (swaps) {
     // Strategies, judged by the simulator: moving tensors; moving with single-step
@@ -81,6 +82,7 @@ void plan_under_budget(Plan& plan) {
     SwapOptions so;
     so.budget_bytes = budget;
     so.allow_recompute = plan.options.allow_recompute;
+    so.recompute_ops = plan.options.recompute_ops;
     so.movable = plan.options.movable;
     // delay_transfers (swap_planner.h) on the two fastest candidates, for graphs of up to
     // kDelaySteps steps, with at most kDelayWork simulated steps and actions per candidate:
@@ -110,9 +112,11 @@ void plan_under_budget(Plan& plan) {
     bool with_checkpoint = false;
     if (plan.options.allow_recompute) {
       attempt({}, true);
+      // Checkpointing's segments, as base actions, only where the options allow every one.
       checkpoint = baseline_checkpoint(g, plan.lifetimes).actions;
       with_checkpoint = std::all_of(checkpoint.begin(), checkpoint.end(), [&](const Action& a) {
-        return so.movable.has(g.tensor(a.tensor).kind);
+        return so.movable.has(g.tensor(a.tensor).kind) &&
+               (a.kind != ActionKind::recompute || may_rerun(g.step(a.source_step), so.recompute_ops));
       });
       if (with_checkpoint) attempt(checkpoint, true);
     }
@@ -177,6 +181,7 @@ void plan_under_budget(Plan& plan) {
       SwapOptions with;
       with.budget_bytes = budget;
       with.movable = so.movable;
+      with.recompute_ops = so.recompute_ops;
       SplitSearch search;
       if (g.step_count() > kStrategySteps) {
         search.max_tensors = 1;
@@ -201,7 +206,7 @@ void plan_under_budget(Plan& plan) {
         // regenerate_moved (swap_planner.h), then the two passes again on what it changed.
         if (plan.options.allow_recompute &&
             regenerate_moved(g, life, plan.compute_us, mech, device, budget,
-                             plan.options.movable, c, sims) < t) {
+                             plan.options.movable, plan.options.recompute_ops, c, sims) < t) {
           delay_transfers(g, plan.compute_us, mech, device, c, sims);
           postpone_for_evictions(g, life, plan.compute_us, mech, device, budget, c, sims);
         }

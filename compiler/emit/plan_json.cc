@@ -121,6 +121,11 @@ void write_plan_json(const Plan& plan, const std::function<void(std::string_view
   w.key("device").value(plan.device);
   w.key("mechanism").value(plan.mechanism);
   w.key("recompute").value(o.allow_recompute);
+  if (o.allow_recompute && !o.recompute_ops.all()) {  // --recompute-ops
+    w.key("recompute_ops").begin_array();
+    for (const std::string& op : o.recompute_ops.ops) w.value(op);
+    w.end_array();
+  }
   if (!o.movable.all()) {  // --movable: the kinds the plan may take off the GPU
     w.key("movable").begin_array();
     for (int k = 0; k < kTensorKindCount; ++k)

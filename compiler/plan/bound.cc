@@ -65,9 +65,9 @@ class Regeneration {
  public:
   Regeneration(const TrainingGraph& g, const std::vector<Lifetime>& life,
                const std::vector<int64_t>& unavoidable, int64_t budget, MovableKinds movable,
-               bool allow_recompute)
+               bool allow_recompute, const RecomputeOps& ops)
       : g_(g), life_(life), unavoidable_(unavoidable), range_min_(unavoidable), budget_(budget),
-        movable_(movable), pieces_(g.tensors.size()) {
+        movable_(movable), ops_(ops), pieces_(g.tensors.size()) {
     if (!allow_recompute) return;
     for (const Tensor& t : g.tensors) {
       const Lifetime& l = life[size_t(t.id)];
@@ -139,15 +139,14 @@ class Regeneration {
     StepIndex until = std::numeric_limits<StepIndex>::max();
   };
 
-  // A step that may run again makes t: not persistent, an input or label, or made by a step
-  // that is not a forward one, or by a dropout (random).
+  // A step that may run again (recompute_ops.h) makes t, which is not persistent, an input or
+  // a label.
   bool has_producer(TensorId t) const {
     const Lifetime& l = life_[size_t(t)];
     const Tensor& tensor = g_.tensor(t);
     if (l.persistent || tensor.kind == TensorKind::input || tensor.kind == TensorKind::label)
       return false;
-    const Step& p = g_.step(l.first);
-    return p.phase == Phase::forward && p.op != "Dropout";
+    return may_rerun(g_.step(l.first), ops_);
   }
 
   // The pieces of x's gaps: each gap (a, b) is cut where an input of x's producer dies.
@@ -245,6 +244,7 @@ class Regeneration {
   RangeMin range_min_;
   int64_t budget_;
   MovableKinds movable_;
+  RecomputeOps ops_;
   std::vector<std::vector<Piece>> pieces_;  // by tensor, in step order
 };
 
@@ -642,7 +642,7 @@ std::vector<StepIndex> candidate_steps(const std::vector<int64_t>& live, int64_t
 StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& life,
                           const std::vector<int64_t>& live, const std::vector<double>& compute_us,
                           int64_t budget, const Mechanism& mech, MovableKinds movable,
-                          bool allow_recompute) {
+                          bool allow_recompute, const RecomputeOps& recompute_ops) {
   StepTimeBound b;
   size_t n = std::min(live.size(), compute_us.size());
   Prefix sum;
@@ -656,7 +656,8 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
                   [&](int64_t v) { return v <= budget; }))
     return b;
   std::vector<int64_t> unavoidable = unavoidable_bytes(g, life, movable);
-  Regeneration regeneration(g, life, unavoidable, budget, movable, allow_recompute);
+  Regeneration regeneration(g, life, unavoidable, budget, movable, allow_recompute,
+                            recompute_ops);
   std::vector<double> forced =
       forced_stall_us(g, life, unavoidable, budget, mech, regeneration, movable);
   sum.stall.assign(n + 1, 0);

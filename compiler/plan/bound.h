@@ -20,9 +20,10 @@
 // Recompute feasibility. Making x before step t re-runs its chain: its producer and, for each
 // input whose lifetime has ended, that input's chain (inputs dead by s are dead at t > s). No
 // chain exists for a tensor whose producer cannot run again (persistent, an input or label,
-// made by a step that is not a forward one, or by a dropout), nor through a dead input of a kind
-// that may not move. Rule 5 makes every input of every step of the chain resident at t: as a
-// temporary, or live, and then not in unavoidable(t) unless t uses it; and x is resident from t.
+// made by a step that is not a forward one, by a dropout, or by an op that recompute_ops leaves
+// out: plan/recompute_ops.h), nor through a dead input of a kind that may not move. Rule 5
+// makes every input of every step of the chain resident at t: as a temporary, or live, and
+// then not in unavoidable(t) unless t uses it; and x is resident from t.
 // So the recompute needs
 //     unavoidable(t) + bytes(x) (unless t uses x) + the movable inputs t does not use <= budget,
 // and t <= last(y) for each input y that dies after s and cannot be a temporary. x is
@@ -136,7 +137,8 @@
 // temporary does not exist, and unavoidable() counts it, so it is never a forced arrival or
 // departure. Without recomputation (allow_recompute false, autovm-plan --no-recompute) no
 // chain exists at all: every off tensor is moved (M = E), and every forced arrival or departure
-// is a transfer. Each of these only removes plans the options forbid; the bound stays below
+// is a transfer. With recompute_ops (autovm-plan --recompute-ops) no chain holds a step whose op
+// it leaves out. Each of these only removes plans the options forbid; the bound stays below
 // every plan they allow.
 #pragma once
 
@@ -145,6 +147,7 @@
 #include "analysis/lifetimes.h"
 #include "plan/device_profile.h"
 #include "plan/gaps.h"
+#include "plan/recompute_ops.h"
 
 namespace autovm {
 
@@ -160,6 +163,6 @@ StepTimeBound lower_bound(const TrainingGraph& graph, const std::vector<Lifetime
                           const std::vector<int64_t>& live_bytes,
                           const std::vector<double>& compute_us, int64_t budget_bytes,
                           const Mechanism& mechanism, MovableKinds movable = {},
-                          bool allow_recompute = true);
+                          bool allow_recompute = true, const RecomputeOps& recompute_ops = {});
 
 }  // namespace autovm

@@ -15,7 +15,8 @@ namespace autovm {
 
 std::vector<GapSplit> gap_splits(const TrainingGraph& g, const std::vector<Lifetime>& life,
                                  const std::vector<int64_t>& unavoidable, int64_t budget,
-                                 MovableKinds movable, size_t max_tensors) {
+                                 MovableKinds movable, const RecomputeOps& recompute_ops,
+                                 size_t max_tensors) {
   struct Candidate {
     TensorId tensor;
     StepIndex after, before;  // the gap (after, before), both ends uses
@@ -27,7 +28,7 @@ std::vector<GapSplit> gap_splits(const TrainingGraph& g, const std::vector<Lifet
         l.uses.size() < 2)
       continue;
     const Step& producer = g.step(l.first);
-    if (producer.phase != Phase::forward || producer.op == "Dropout" ||
+    if (!may_rerun(producer, recompute_ops) ||
         std::find(producer.inputs.begin(), producer.inputs.end(), t.id) != producer.inputs.end())
       continue;
     for (size_t k = 1; k < l.uses.size(); ++k) {
@@ -117,7 +118,8 @@ std::vector<SplitPlan> search_gap_splits(
     };
     std::map<TensorId, std::vector<StepIndex>> by_tensor;  // feasible split steps
     for (const GapSplit& s : gap_splits(g, current.life, unavoidable, options.budget_bytes,
-                                        options.movable, search.max_tensors))
+                                        options.movable, options.recompute_ops,
+                                        search.max_tensors))
       by_tensor[s.tensor].push_back(s.at);
     struct Tensor {
       TensorId id;

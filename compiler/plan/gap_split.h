@@ -27,12 +27,13 @@ struct GapSplit {
 };
 
 // Up to `max_tensors` of the largest activations of a movable kind with a gap from a forward
-// use to a backward one and a producer that may run again (a forward step, not a dropout, not
-// in place); for each, the backward steps t inside that gap where unavoidable(t) + the tensor
+// use to a backward one and a producer that may run again (plan/recompute_ops.h; not in
+// place); for each, the backward steps t inside that gap where unavoidable(t) + the tensor
 // + its producer's inputs fit in the budget. In tensor order, then step order.
 std::vector<GapSplit> gap_splits(const TrainingGraph& graph, const std::vector<Lifetime>& life,
                                  const std::vector<int64_t>& unavoidable, int64_t budget_bytes,
-                                 MovableKinds movable, size_t max_tensors);
+                                 MovableKinds movable, const RecomputeOps& recompute_ops,
+                                 size_t max_tensors);
 
 // `life` with split.at added to the uses of split.tensor.
 std::vector<Lifetime> split_at(std::vector<Lifetime> life, const GapSplit& split);

@@ -10,6 +10,7 @@
 #include "analysis/pytorch_memory.h"
 #include "analysis/timeline.h"
 #include "plan/movable_kinds.h"
+#include "plan/recompute_ops.h"
 #include "training/training_step.h"
 
 namespace autovm {
@@ -34,6 +35,7 @@ struct PlanOptions {
   std::string step_times_file;       // measured step times overriding the cost model
   std::string reserve_file;          // --reserve: memory the trainer holds beyond the graph
   bool allow_recompute = true;
+  RecomputeOps recompute_ops;        // --recompute-ops: ops a recompute chain may run (default all)
   MovableKinds movable;              // --movable: kinds the plan may take off the GPU (default all)
   bool minimum_budget = false;       // --budget min: plan for the smallest feasible budget
   int64_t budget_bytes = 0;

@@ -44,15 +44,15 @@ struct Chain {
 constexpr size_t kMaxChainSteps = 12;
 
 // The forward step a recompute chain may run again to make x (docs/execution-model.md,
-// "Recompute chains"), or null: x is persistent, an input or a label, or its producer is not
-// a forward step, is a dropout (random), or updates x in place.
+// "Recompute chains"), or null: x is persistent, an input or a label, or its producer may not
+// run again (plan/recompute_ops.h) or updates x in place.
 const Step* rerunnable_producer(const TrainingGraph& g, const std::vector<Lifetime>& life,
-                                TensorId x) {
+                                const RecomputeOps& ops, TensorId x) {
   const Lifetime& l = life[size_t(x)];
   const TensorKind kind = g.tensor(x).kind;
   if (l.persistent || kind == TensorKind::input || kind == TensorKind::label) return nullptr;
   const Step& p = g.step(l.first);
-  if (p.phase != Phase::forward || p.op == "Dropout") return nullptr;
+  if (!may_rerun(p, ops)) return nullptr;
   if (std::find(p.outputs.begin(), p.outputs.end(), x) == p.outputs.end()) return nullptr;
   if (std::find(p.inputs.begin(), p.inputs.end(), x) != p.inputs.end()) return nullptr;
   return &p;
@@ -225,7 +225,7 @@ class Selector {
 
   // Adds the producer of x (and, recursively, of its dead inputs) to the chain.
   bool add_producer(TensorId x, Chain& c) const {
-    const Step* producer = rerunnable_producer(g_, life_, x);
+    const Step* producer = rerunnable_producer(g_, life_, opts_.recompute_ops, x);
     if (!producer) return false;
     const Step& p = *producer;
     if (std::find(c.steps.begin(), c.steps.end(), p.id) != c.steps.end()) return true;
@@ -806,8 +806,9 @@ struct Regeneration {
 class Regenerator {
  public:
   Regenerator(const TrainingGraph& g, const std::vector<Lifetime>& life, MovableKinds movable,
-              const std::vector<Action>& actions)
-      : g_(g), life_(life), movable_(movable), actions_(actions), res_(g, life, actions) {}
+              const RecomputeOps& ops, const std::vector<Action>& actions)
+      : g_(g), life_(life), movable_(movable), ops_(ops), actions_(actions),
+        res_(g, life, actions) {}
 
   const Residency& residency() const { return res_; }
 
@@ -815,7 +816,7 @@ class Regenerator {
 
  private:
   bool add_producer(TensorId x, Regeneration& r) const {
-    const Step* producer = rerunnable_producer(g_, life_, x);
+    const Step* producer = rerunnable_producer(g_, life_, ops_, x);
     if (!producer) return false;
     const Step& p = *producer;
     if (std::find(r.steps.begin(), r.steps.end(), p.id) != r.steps.end()) return true;
@@ -904,6 +905,7 @@ class Regenerator {
   const TrainingGraph& g_;
   const std::vector<Lifetime>& life_;
   MovableKinds movable_;
+  RecomputeOps ops_;
   const std::vector<Action>& actions_;
   Residency res_;
 };
@@ -956,7 +958,8 @@ void prune_temporaries(const TrainingGraph& g, const std::vector<Lifetime>& life
 double regenerate_moved(const TrainingGraph& g, const std::vector<Lifetime>& life,
                         const std::vector<double>& compute_us, const Mechanism& mech,
                         const DeviceProfile& device, int64_t budget_bytes, MovableKinds movable,
-                        std::vector<Action>& actions, int max_simulations) {
+                        const RecomputeOps& recompute_ops, std::vector<Action>& actions,
+                        int max_simulations) {
   sort_actions(actions);
   SimResult sim = simulate(g, actions, compute_us, mech, device);
   int left = max_simulations - 1;
@@ -965,7 +968,7 @@ double regenerate_moved(const TrainingGraph& g, const std::vector<Lifetime>& lif
   bool improved = true;
   while (improved && left > 0) {
     improved = false;
-    Regenerator regen(g, life, movable, actions);
+    Regenerator regen(g, life, movable, recompute_ops, actions);
     const Residency& res = regen.residency();
     for (const auto& [stall, l] : stalled_transfers(g, actions, sim)) {
       // The late transfer, then those that held it up on its queue, the largest first.

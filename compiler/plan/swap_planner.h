@@ -51,6 +51,7 @@ enum class SelectOrder { most_over, earliest, latest };
 struct SwapOptions {
   int64_t budget_bytes = 0;
   bool allow_recompute = true;
+  RecomputeOps recompute_ops;  // the ops a recompute chain may run (plan/recompute_ops.h)
   MovableKinds movable;  // kinds the plan may take off the GPU; the others stay resident
   // Strategy (pipeline.cc plans with several and keeps the fastest by the simulator):
   SelectOrder order = SelectOrder::most_over;
@@ -139,6 +140,7 @@ double postpone_for_evictions(const TrainingGraph& graph, const std::vector<Life
 double regenerate_moved(const TrainingGraph& graph, const std::vector<Lifetime>& life,
                         const std::vector<double>& compute_us, const Mechanism& mechanism,
                         const DeviceProfile& device, int64_t budget_bytes, MovableKinds movable,
-                        std::vector<Action>& actions, int max_simulations);
+                        const RecomputeOps& recompute_ops, std::vector<Action>& actions,
+                        int max_simulations);
 
 }  // namespace autovm

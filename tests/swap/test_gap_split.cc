@@ -34,7 +34,7 @@ struct Case {
     unavoidable = unavoidable_bytes(g, life);
   }
   std::vector<GapSplit> splits(int64_t budget, size_t tensors = 4) const {
-    return gap_splits(g, life, unavoidable, budget, MovableKinds{}, tensors);
+    return gap_splits(g, life, unavoidable, budget, MovableKinds{}, RecomputeOps{}, tensors);
   }
   TrainingGraph g;
   TensorId a = kNoTensor;

@@ -103,14 +103,20 @@ TEST_CASE("random CNNs: every plan passes the independent verifier") {
       ob.budget_bytes = std::max(smallest, static_cast<int64_t>(double(peak) * fraction));
       ob.minimum_budget = fraction == 0.0;
       ob.allow_recompute = seed % 2 == 0;
+      // Every fourth graph recomputes cheap ops only (--recompute-ops); the verifier checks
+      // the plan's recomputes against options.recompute_ops.
+      if (seed % 4 == 2) ob.recompute_ops.ops = {"BatchNormalization", "MaxPool", "Relu"};
       Plan p = make_plan(m, ob, true);
+      for (const Action& a : p.actions)
+        if (a.kind == ActionKind::recompute) CHECK(ob.recompute_ops.allows(p.training.graph.step(a.source_step).op));
       CHECK(p.prediction.resident_peak_bytes <= p.options.budget_bytes);
       CHECK(p.prediction.step_time_us >= p.bound_us * 0.999);
       // The bound holds for any valid plan the options allow, not only the planner's: the
-      // baselines that fit (checkpointing recomputes, which --no-recompute forbids).
+      // baselines that fit (checkpointing recomputes convolutions, which --no-recompute and
+      // these recompute_ops forbid).
       for (const Prediction& other : p.baselines) {
         if (!other.fits || other.policy == "demand_paging") continue;
-        if (!ob.allow_recompute && other.policy == "checkpoint") continue;
+        if ((!ob.allow_recompute || !ob.recompute_ops.all()) && other.policy == "checkpoint") continue;
         CAPTURE(other.policy);
         CHECK(other.step_time_us >= p.bound_us * 0.999);
       }

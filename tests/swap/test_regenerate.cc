@@ -53,8 +53,8 @@ struct Case {
   std::vector<Action> moved() const {
     return {transfer(ActionKind::evict, 2, 3, 4), transfer(ActionKind::prefetch, 2, 5, 6)};
   }
-  double run(std::vector<Action>& actions) const {
-    return regenerate_moved(g, life, c, duplex_link(), DeviceProfile{}, 100, MovableKinds{},
+  double run(std::vector<Action>& actions, const RecomputeOps& ops = {}) const {
+    return regenerate_moved(g, life, c, duplex_link(), DeviceProfile{}, 100, MovableKinds{}, ops,
                             actions, 20);
   }
   double simulated(const std::vector<Action>& actions) const {
@@ -110,4 +110,20 @@ TEST_CASE("regenerate_moved: a chain whose temporaries do not fit is not taken")
   CHECK(actions[0].ready_before_step == 4);
   CHECK(actions[1].kind == ActionKind::prefetch);
   CHECK(actions[1].after_step == 5);
+}
+
+TEST_CASE("regenerate_moved: a chain needs every one of its ops in recompute_ops") {
+  // The first case's graph with M a "Conv" and P a "Relu": the chain that makes x again runs
+  // both (m is dead by step 6), so allowing Relu alone leaves the moves (630 us), and allowing
+  // both regenerates x as before (520 us).
+  Case k(0);
+  k.g.steps[1].op = "Conv";
+  k.g.steps[2].op = "Relu";
+  std::vector<Action> actions = k.moved();
+  CHECK(k.run(actions, RecomputeOps{{"Relu"}}) == doctest::Approx(630));
+  REQUIRE(actions.size() == 2);
+  CHECK(actions[0].kind == ActionKind::evict);
+  CHECK(actions[1].kind == ActionKind::prefetch);
+  CHECK(k.run(actions, RecomputeOps{{"Conv", "Relu"}}) == doctest::Approx(520));
+  CHECK(actions.size() == 3);
 }

@@ -112,6 +112,9 @@ struct Plan {
   // options.movable (autovm-plan --movable): the only kinds actions may evict, discard or
   // recompute; absent: every kind.
   std::optional<std::vector<TensorKind>> movable;
+  // options.recompute_ops (autovm-plan --recompute-ops): the only ops a recompute action may
+  // run again; absent: any.
+  std::optional<std::vector<std::string>> recompute_ops;
   // Every field of "model" and "options" as "key" -> its JSON text, sorted by key (for diff).
   std::vector<std::pair<std::string, std::string>> model_fields, option_fields;
 

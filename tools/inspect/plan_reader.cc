@@ -305,6 +305,10 @@ Plan parse(const json& doc, const std::string& path) {
     p.movable.emplace();
     for (const Field& f : m->items()) p.movable->push_back(f.one_of<TensorKind>(kKindNames));
   }
+  if (auto r = options.find("recompute_ops")) {
+    p.recompute_ops.emplace();
+    for (const Field& f : r->items()) p.recompute_ops->push_back(f.string());
+  }
   p.option_fields = options.members();
 
   for (const Field& f : root.at("tensors").items()) p.tensors.push_back(read_tensor(f));

@@ -143,6 +143,11 @@ class Verifier {
           const Step& src = p_.steps[static_cast<size_t>(a.source_step)];
           if (std::find(src.outputs.begin(), src.outputs.end(), a.tensor) == src.outputs.end())
             bad(fmt::format("step {} does not write '{}'", src.label(), t.name));
+          if (p_.recompute_ops &&
+              std::find(p_.recompute_ops->begin(), p_.recompute_ops->end(), src.op) ==
+                  p_.recompute_ops->end())
+            bad(fmt::format("step {} runs {}, which options.recompute_ops does not allow ([{}])",
+                            src.label(), src.op, join(*p_.recompute_ops, ", ")));
           break;
         }
         case ActionKind::advise:
