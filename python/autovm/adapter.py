@@ -10,14 +10,26 @@ Pieces, in the order a training step meets them:
                               node for the backward
             root post hook    boundary(last forward step)
   backward  node pre hook     call order checked; boundary(first backward step - 1)
-            unpack hook       waits for the entry's prefetch (late: brings it back now)
+            unpack hook       waits for the entry's prefetch (late: brings it back now); a
+                              discarded entry is regenerated now if its chain has not run
 
   boundary(pos): every plan step <= pos has been issued on the compute stream, so the plan's
-  actions with after_step <= pos are issued (evict: copy to host; prefetch: copy back) and
-  evicted entries whose ready_before_step - 1 <= pos give up their GPU tensor.
+  actions with after_step <= pos are issued (evict: copy to host; prefetch: copy back;
+  discard: the entry gives up its GPU tensor, no copy; recompute: the chain runs on the compute
+  stream) and evicted entries whose ready_before_step - 1 <= pos give up their GPU tensor.
 
-Numerics never depend on how tensors were matched to the plan: a saved tensor comes back either
-as itself or as an exact copy of the bytes it had when it was saved.
+Recomputation (plans made with autovm-plan --recompute-ops, a subset of REPLAYABLE_OPS): a
+recompute action's source step is replayed with the functional form of its op (batch norm in
+training mode on copies of the running statistics, so they are updated once, as without the
+adapter), from the saved tensors it reads and the temporaries made before it in its chain.
+Only tensors matched to the plan by identity (a module call's output, or the model's input) are
+discarded or read by a chain, never ones matched by size and order, so the replay reads exactly
+the tensors the op read in forward.
+
+Numerics never depend on how tensors were matched to the plan: a saved tensor comes back as
+itself, as an exact copy of the bytes it had when it was saved, or as its op run again on the
+same inputs by the same kernel (ReLU, addition and max pooling are exact; batch norm's kernel
+is the one the forward ran).
 """
 import re
 import warnings
@@ -28,6 +40,8 @@ from .errors import (AutoVMError, BatchMismatchError, HookOrderError, ModelMisma
 from .planner import optimizer_kind
 
 MOVABLE_KINDS = ("activation", "input")  # what saved-tensor hooks can move
+# ONNX ops the adapter can run again from what autograd saved (autovm-plan --recompute-ops).
+REPLAYABLE_OPS = ("Add", "BatchNormalization", "MaxPool", "Relu")
 BUCKET_PREFIX = "ddp_bucket."  # DDP's gradient buckets in a --data-parallel plan (buffers)
 
 
@@ -90,7 +104,12 @@ class Stats:
               "late_prefetches",     # COUNT: copies back issued at unpack (not yet prefetched)
               "bytes_to_device",     # SUM: bytes of both kinds of copies back
               "missed_evictions",    # COUNT: plan evictions of activations PyTorch never saved
-              "missed_bytes")        # SUM: their bytes
+              "missed_bytes",        # SUM: their bytes
+              "discards",            # COUNT: saved tensors dropped on the GPU to be regenerated
+              "recomputes",          # COUNT: tensors made again by a chain (temporaries too)
+              "bytes_recomputed",    # SUM: their bytes
+              "late_recomputes",     # COUNT: chains run at unpack (no boundary before the use)
+              "missed_discards")     # COUNT: plan discards of tensors not held by identity
 
     def __init__(self):
         for f in self.FIELDS:
@@ -109,11 +128,13 @@ _MODIFIED = ("a tensor of shape {} saved for backward was modified in place afte
 
 class _Entry:
     """One saved tensor, shared by the ops that save it."""
-    __slots__ = ("gpu", "cpu", "tid", "ref", "version", "uses", "d2h", "h2d", "size", "stride",
-                 "dtype", "device", "nbytes", "__weakref__")
+    __slots__ = ("gpu", "cpu", "tid", "exact", "regen", "ref", "version", "uses", "d2h", "h2d",
+                 "size", "stride", "dtype", "device", "nbytes", "__weakref__")
 
     def __init__(self, t):
         self.gpu, self.cpu, self.tid = t, None, None
+        self.exact = False   # tid matched by identity (a module call's output or the input)
+        self.regen = None    # discarded: the index of the chain group that makes it again
         self.ref, self.version = weakref.ref(t), t._version
         self.uses, self.d2h, self.h2d = 0, None, None
         self.size, self.stride, self.dtype, self.device = t.size(), t.stride(), t.dtype, t.device
@@ -153,8 +174,10 @@ class _Step:
         self.named = {}           # id(tensor) -> (tid, weakref, version)
         self.by_tid = {}          # plan tensor -> [weakref to _Entry]
         self.assigned = set()     # plan tensors given to an entry by size and order
-        self.ev_i = self.pf_i = 0
+        self.ev_i = self.pf_i = self.dc_i = self.rc_i = 0
         self.due = []             # evicts issued by the plan, waiting for their entry
+        self.discards_due = []    # discards issued by the plan, waiting for their entry
+        self.groups_run = set()   # recompute groups (Attachment.groups) run in this step
         self.releasing = []       # (ready_before_step, entry)
         self.grad_calls = []      # leaf calls whose backward node got a pre hook
         self.bwd_seq = None
@@ -206,10 +229,18 @@ class Attachment:
 
     def _check_plan(self, unrealized):
         p = self.plan
-        if p.recompute or any(a["kind"] in ("recompute", "discard") for a in p.actions):
-            raise AutoVMError(f"{p.path}: the plan recomputes tensors; the PyTorch adapter "
-                              "only moves them (bit-identical results). Plan with "
-                              "--no-recompute (autovm.plan() does)")
+        ops = sorted({p.steps[a["source_step"]]["op"] for a in p.actions
+                      if a["kind"] == "recompute"} - set(REPLAYABLE_OPS))
+        if ops:
+            raise AutoVMError(f"{p.path}: the plan recomputes with {', '.join(ops)}, which the "
+                              "PyTorch adapter cannot run again (it replays "
+                              f"{', '.join(REPLAYABLE_OPS)}). Plan with --recompute-ops "
+                              f"{','.join(REPLAYABLE_OPS)} (autovm.plan(..., recompute=True)) or "
+                              "--no-recompute")
+        for a in p.actions:
+            if a["kind"] == "recompute" and p.steps[a["source_step"]]["outputs"][0] != a["tensor"]:
+                raise AutoVMError(f"{p.path}: a recompute makes {p.tensors[a['tensor']]['name']}, "
+                                  "not the first output of its step: the adapter cannot replay it")
         for a in p.actions:
             t = p.tensors[a["tensor"]]
             if a["kind"] in ("evict", "prefetch") and t["kind"] not in MOVABLE_KINDS:
@@ -322,6 +353,14 @@ class Attachment:
         self.last_forward_step = max(fwd_steps) if fwd_steps else -1
         inputs = [t for t in p.tensors if t["kind"] == "input"]
         self.input_tensor = inputs[0] if inputs else None
+        self.step_call = {}  # forward step -> its leaf module call
+        for call, ids in self.call_steps.items():
+            for sid in ids:
+                self.step_call[sid] = call
+        # What the adapter matches by identity: each call's output, and the input.
+        self.identity_tids = {p.steps[self.last_fwd[c]]["outputs"][0] for c in self.fwd_seq}
+        if self.input_tensor is not None:
+            self.identity_tids.add(self.input_tensor["id"])
 
     @staticmethod
     def _resolve(scope, by_scope):
@@ -340,6 +379,9 @@ class Attachment:
                              key=lambda a: a["after_step"])
         self.prefetches = sorted((a for a in mv if a["kind"] == "prefetch"),
                                  key=lambda a: a["after_step"])
+        self.discards = sorted((a for a in mv if a["kind"] == "discard"),
+                               key=lambda a: a["after_step"])
+        self._schedule_recomputes()
         # Other outputs of a call's steps (batch norm's saved mean and inverse std, say),
         # matched to tensors saved inside the call by size and order.
         self.call_outputs = {}
@@ -350,6 +392,60 @@ class Attachment:
                     if p.tensors[tid]["kind"] == "activation" and tid not in outs:
                         outs.append(tid)
             self.call_outputs[call] = outs
+
+    def _schedule_recomputes(self):
+        """The plan's recompute actions in groups, one per (after_step, ready_before_step), in
+        the plan's (dependency) order within a group; checked against what the adapter can
+        find: every tensor a chain reads is a temporary made before it in its group, a
+        parameter or buffer (read from the module), or a tensor matched by identity."""
+        p = self.plan
+        self.groups = []        # {"after_step", "ready_before_step", "actions", "targets"}
+        self.regen_groups = {}  # tensor -> [(after_step, group index)]: chains that make it
+        by_key = {}
+        for a in p.actions:
+            if a["kind"] != "recompute":
+                continue
+            key = (a["after_step"], a["ready_before_step"])
+            if key not in by_key:
+                by_key[key] = {"after_step": key[0], "ready_before_step": key[1],
+                               "actions": [], "targets": []}
+                self.groups.append(by_key[key])
+            by_key[key]["actions"].append(a)
+        self.groups.sort(key=lambda g: g["after_step"])  # stable: plan order otherwise
+        problems = []
+        for gi, g in enumerate(self.groups):
+            made = set()
+            for a in g["actions"]:
+                s = p.steps[a["source_step"]]
+                for tid in s["inputs"]:
+                    if p.tensors[tid]["kind"] in ("parameter", "buffer") or tid in made:
+                        continue
+                    if tid not in self.identity_tids:
+                        problems.append(f"the chain before step {a['ready_before_step']} reads "
+                                        f"{p.tensors[tid]['name']}, which no module call "
+                                        "returns")
+                if s["op"] in ("BatchNormalization", "MaxPool"):
+                    call = self.step_call.get(s["id"])
+                    kind = "BatchNorm" if s["op"] == "BatchNormalization" else "MaxPool"
+                    m = self.model.get_submodule(call[0]) if call else None
+                    if m is None or not type(m).__name__.startswith(kind):
+                        problems.append(f"step {s['id']} ({s['node']}) is not a {kind} module "
+                                        "call the adapter can replay")
+                made.add(a["tensor"])
+                if p.tensors[a["tensor"]]["last"] >= a["ready_before_step"]:  # not a temporary
+                    if a["tensor"] not in self.identity_tids:
+                        problems.append(f"{p.tensors[a['tensor']]['name']} is recomputed but no "
+                                        "module call returns it")
+                    g["targets"].append(a["tensor"])
+                    self.regen_groups.setdefault(a["tensor"], []).append((a["after_step"], gi))
+        for a in self.discards:
+            if a["tensor"] not in self.regen_groups:
+                problems.append(f"{p.tensors[a['tensor']]['name']} is discarded and never "
+                                "recomputed")
+        if problems:
+            more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+            raise PlanFitError(f"{p.path}: the adapter cannot replay the plan's recomputation: "
+                               + "; ".join(problems[:5]) + more)
 
     # --- context manager -----------------------------------------------------------------
 
@@ -453,6 +549,8 @@ class Attachment:
             self.stats.missed_evictions += 1
             self.stats.missed_bytes += a["bytes"]
         step.due = []
+        self.stats.missed_discards += len(step.discards_due)
+        step.discards_due = []
 
     def _make_pre(self, name):
         def pre(module, args):
@@ -500,7 +598,7 @@ class Attachment:
                     continue
                 t = e.ref()
                 if t is not None and t is out and e.version == out._version:
-                    self._name(step, e, main)
+                    self._name(step, e, main, exact=True)
                     continue
                 for tid in outs:
                     if (tid != main and tid not in step.assigned
@@ -524,8 +622,9 @@ class Attachment:
         name, k = call
         return f"module '{name}'" + (f" (call {k + 1})" if k else "")
 
-    def _name(self, step, entry, tid):
+    def _name(self, step, entry, tid, exact=False):
         entry.tid = tid
+        entry.exact = exact
         step.by_tid.setdefault(tid, []).append(weakref.ref(entry))
 
     # --- saved tensors -------------------------------------------------------------------
@@ -541,7 +640,7 @@ class Attachment:
             step.live[id(t)] = e
             named = step.named.get(id(t))
             if named is not None and named[1]() is t and named[2] == t._version:
-                self._name(step, e, named[0])
+                self._name(step, e, named[0], exact=True)
             else:
                 step.pending.append(e)
         e.uses += 1
@@ -553,6 +652,8 @@ class Attachment:
         e = packed.entry
         if e.cpu is None and e.gpu is not None and e.gpu._version != e.version:
             raise AutoVMError(_MODIFIED.format(tuple(e.size)))
+        if e.gpu is None and e.cpu is None:
+            self._regenerate(packed.step, e, late=True)
         if e.gpu is None:
             self._prefetch(e)
             self.stats.late_prefetches += 1
@@ -589,6 +690,7 @@ class Attachment:
                 if self._evict(e):
                     step.releasing.append((a["ready_before_step"], e))
         step.due = still
+        self._discard_due(step, pos)
         keep = []
         for ready, e in step.releasing:
             if ready - 1 <= pos:
@@ -604,6 +706,127 @@ class Attachment:
                     self._prefetch(e)
                     self.stats.prefetches += 1
             step.pf_i += 1
+        groups = self.groups
+        while step.rc_i < len(groups) and groups[step.rc_i]["after_step"] <= pos:
+            self._run_group(step, step.rc_i)
+            step.rc_i += 1
+
+    def _discard_due(self, step, pos):
+        """Discards issued by pos: each entry (matched by identity) gives up its GPU tensor
+        without a copy and waits for the chain group that makes it again."""
+        ds = self.discards
+        while step.dc_i < len(ds) and ds[step.dc_i]["after_step"] <= pos:
+            step.discards_due.append(ds[step.dc_i])
+            step.dc_i += 1
+        still = []
+        for a in step.discards_due:
+            entries = [e for e in (r() for r in step.by_tid.get(a["tensor"], ()))
+                       if e is not None and e.exact]
+            if not entries:
+                still.append(a)
+                continue
+            after = [gi for s, gi in self.regen_groups[a["tensor"]] if s >= a["after_step"]]
+            for e in entries:
+                if e.gpu is None or e.cpu is not None or not after:
+                    continue
+                if e.gpu._version != e.version:
+                    raise AutoVMError(_MODIFIED.format(tuple(e.size)))
+                e.gpu, e.regen = None, after[0]
+                self.stats.discards += 1
+        step.discards_due = still
+
+    def _regenerate(self, step, e, late=False):
+        if e.regen is None:
+            raise AutoVMError(f"a saved tensor of shape {tuple(e.size)} was discarded and no "
+                              "chain of the plan makes it again")
+        if late and e.regen not in step.groups_run:
+            self.stats.late_recomputes += 1
+        self._run_group(step, e.regen)
+        if e.gpu is None:
+            raise AutoVMError(f"the plan's chain before step "
+                              f"{self.groups[e.regen]['ready_before_step']} did not make "
+                              f"{self.plan.tensors[e.tid]['name']} again")
+
+    def _run_group(self, step, gi):
+        """Runs recompute group gi on the compute stream (once per training step) when one of
+        its tensors was discarded: every action in order, each from the temporaries made
+        before it and the tensors autograd saved."""
+        if gi in step.groups_run:
+            return
+        step.groups_run.add(gi)
+        g = self.groups[gi]
+        waiting = [e for tid in g["targets"] for e in (r() for r in step.by_tid.get(tid, ()))
+                   if e is not None and e.regen == gi and e.gpu is None]
+        if not waiting:
+            return  # its discards were not made (missed_discards): the tensors stayed
+        torch = self.torch
+        temps = {}
+        with torch.no_grad():
+            for a in g["actions"]:
+                s = self.plan.steps[a["source_step"]]
+                out = self._replay(s, [self._chain_input(step, tid, temps, a)
+                                       for tid in self._data_inputs(s)])
+                temps[a["tensor"]] = out
+                self.stats.recomputes += 1
+                self.stats.bytes_recomputed += _nbytes(out)
+        for e in waiting:
+            t = temps[e.tid]
+            if t.size() != e.size or t.dtype != e.dtype:
+                raise AutoVMError(f"recomputing {self.plan.tensors[e.tid]['name']} gave "
+                                  f"{tuple(t.size())} {t.dtype}, autograd saved "
+                                  f"{tuple(e.size)} {e.dtype}: the plan does not fit the model")
+            if t.stride() != e.stride:
+                t = torch.empty_strided(e.size, e.stride, dtype=e.dtype,
+                                        device=t.device).copy_(t)
+            e.gpu, e.version, e.regen = t, t._version, None
+
+    def _data_inputs(self, s):
+        """The inputs of a replayed step that are data (batch norm's and max pooling's first
+        only: their parameters and statistics are read from the module)."""
+        ins = s["inputs"]
+        return ins[:2] if s["op"] == "Add" else ins[:1]
+
+    def _chain_input(self, step, tid, temps, action):
+        if tid in temps:
+            return temps[tid]
+        for e in (r() for r in step.by_tid.get(tid, ())):
+            if e is None or not e.exact:
+                continue
+            if e.gpu is None and e.cpu is None and e.regen is not None:
+                self._regenerate(step, e)
+            if e.gpu is None and e.cpu is not None:  # evicted, not yet back: bring it now
+                self._prefetch(e)
+                self.stats.late_prefetches += 1
+            if e.gpu is not None:
+                if e.h2d is not None:
+                    self.torch.cuda.current_stream(e.device).wait_event(e.h2d)
+                    e.h2d = None
+                return e.gpu
+        p = self.plan
+        raise AutoVMError(f"recomputing {p.tensors[action['tensor']]['name']} needs "
+                          f"{p.tensors[tid]['name']}, which autograd did not save under that "
+                          "name: the plan does not fit this model")
+
+    def _replay(self, s, args):
+        """Step s of the plan run again, functionally (no module hooks fire)."""
+        torch = self.torch
+        F = torch.nn.functional
+        op = s["op"]
+        if op == "Relu":
+            return F.relu(args[0])
+        if op == "Add":
+            return torch.add(args[0], args[1])
+        m = self.model.get_submodule(self.step_call[s["id"]][0])
+        if op == "MaxPool":
+            out = F.max_pool2d(args[0], m.kernel_size, m.stride, m.padding, m.dilation,
+                               ceil_mode=m.ceil_mode)
+            return out[0] if isinstance(out, tuple) else out
+        # BatchNormalization in training mode, as the module ran it, on copies of the running
+        # statistics: the module's own were updated once, in forward.
+        rm = m.running_mean.clone() if m.running_mean is not None else None
+        rv = m.running_var.clone() if m.running_var is not None else None
+        factor = m.momentum if m.momentum is not None else 0.0
+        return F.batch_norm(args[0], rm, rv, m.weight, m.bias, True, factor, m.eps)
 
     def _evict(self, e):
         torch = self.torch

@@ -168,7 +168,8 @@ def _run(args):
 
 def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
          planner=None, lib=None, opset=17, extra_args=(), keep_onnx=None, movable=MOVABLE,
-         pytorch_margin=True, data_parallel=False, bucket_mb=None, reserve=None):
+         pytorch_margin=True, data_parallel=False, bucket_mb=None, reserve=None,
+         recompute=False):
     """Exports `model`, plans its training step with autovm-plan and loads the plan.
 
     budget: '8GB', '7.5GiB', a number of bytes, 'min', or None (no limit): what PyTorch may
@@ -187,8 +188,11 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     data_parallel: the model trains under DistributedDataParallel (one plan per rank): DDP's
     gradient buckets (bucket_mb, default 25, as DDP's bucket_cap_mb) are planned as persistent.
     The batch size is example_batch's first dimension (the batch of one rank); the optimizer
-    kind comes from `optimizer`. Recomputation is never planned (--no-recompute): the PyTorch
-    adapter moves tensors only, so results stay bit-identical to plain PyTorch.
+    kind comes from `optimizer`.
+    recompute: False (default): the plan only moves tensors (--no-recompute). True: it may also
+    regenerate tensors by replaying the ops the adapter can run again from what autograd saved
+    (adapter.REPLAYABLE_OPS: batch norm, ReLU, max pooling, addition; --recompute-ops), or a
+    list of some of them. Either way training stays bit-identical to plain PyTorch.
 
     The Plan returned has requested_budget_bytes (the budget asked for) and
     pytorch_margin_bytes (what was taken off it); budget_bytes is what autovm-plan planned for.
@@ -206,8 +210,9 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     export_onnx(model, x, onnx_path, opset=opset)
     out = os.path.abspath(out) if out else os.path.join(tmp, "plan.json")
     flags = planner_flags(exe)
-    args = [exe, onnx_path, "--batch", str(batch), "--optimizer", kind, "--no-recompute",
-            "--memory-model", "pytorch", "--quiet"]
+    args = [exe, onnx_path, "--batch", str(batch), "--optimizer", kind]
+    args += _recompute_args(recompute, flags)
+    args += ["--memory-model", "pytorch", "--quiet"]
     if movable is not None:
         kinds = ",".join(movable)
         if "--movable" in flags:
@@ -264,6 +269,23 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     p.requested_budget_bytes = requested if requested is not None else p.budget_bytes
     p.pytorch_margin_bytes = margin
     return p
+
+
+def _recompute_args(recompute, flags):
+    from .adapter import REPLAYABLE_OPS
+
+    if recompute is False or recompute is None:
+        return ["--no-recompute"]
+    if isinstance(recompute, str):
+        recompute = recompute.split(",")
+    ops = list(REPLAYABLE_OPS) if recompute is True else list(recompute)
+    other = sorted(set(ops) - set(REPLAYABLE_OPS))
+    if other or not ops:
+        raise ValueError(f"recompute: True, False or some of {', '.join(REPLAYABLE_OPS)} (the "
+                         f"ops the adapter can replay), not {other or ops}")
+    if "--recompute-ops" not in flags:
+        raise ToolNotFoundError("this autovm-plan has no --recompute-ops option: rebuild it")
+    return ["--recompute-ops", ",".join(sorted(set(ops)))]
 
 
 def _is_ddp(model):

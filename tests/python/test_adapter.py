@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """The PyTorch adapter (python/autovm) on the CPU: autovm.plan() end to end, three training
 steps under attach() bit-identical to plain training (losses, weights, batch norm statistics)
-with the plan's evictions really made, a plan loaded from a file without autovm-plan, and the
-errors: wrong model, batch, input size, optimizer, hook order, recomputing plans, missing tools.
+with the plan's evictions really made, the same with recomputation replayed (recompute=True), a
+plan loaded from a file without autovm-plan, and the errors: wrong model, batch, input size,
+optimizer, hook order, plans recomputing ops the adapter cannot replay, missing tools.
 
 usage: test_adapter.py AUTOVM_PLAN LIBAUTOVM
 Prints one line per case and 'N passed, M failed'; exits 1 if any failed.
 """
+import json
 import os
 import sys
 import tempfile
@@ -286,17 +288,81 @@ def _():
     return raises(autovm.HookOrderError, go, "backward", "module 'conv3'")
 
 
-@case("a plan with recomputation is refused")
+# A device whose link is 5,000 times slower than the H200's: recomputing beats moving, so
+# plans of these small models regenerate tensors.
+SLOW_LINK = os.path.join(tmp, "slow-link.json")
+with open(os.path.join(HERE, "..", "..", "profiles", "h200-pcie.json")) as f:
+    _profile = json.load(f)
+_profile["name"] = "slow-link-test"
+for _m in _profile["mechanisms"]:
+    for _d in ("to_device", "to_host"):
+        _m[_d]["bandwidth_gbps"] = 0.01
+with open(SLOW_LINK, "w") as f:
+    json.dump(_profile, f)
+
+
+def recompute_run(model, x, y, name, fraction, want_ops, **kw):
+    """Plans with recompute=True on the slow link, trains 3 steps under the plan and plainly:
+    '' when the plan replays at least want_ops and training is bit-identical with discards and
+    recomputes made, none late."""
+    opt = momentum(model)
+    kw = dict(recompute=True, device=SLOW_LINK, pytorch_margin=False, **kw)
+    free = autovm.plan(model, x, opt, **kw)
+    low = autovm.plan(model, x, opt, budget="min", **kw)
+    budget = int(low.budget_bytes + fraction * (free.peak_bytes - low.budget_bytes))
+    p = autovm.plan(model, x, opt, budget=budget, **kw)
+    ops = {p.steps[a["source_step"]]["op"] for a in p.actions if a["kind"] == "recompute"}
+    if p.options.get("recompute_ops") != sorted(autovm.adapter.REPLAYABLE_OPS):
+        return f"{name}: options.recompute_ops {p.options.get('recompute_ops')}"
+    if not set(want_ops) <= ops <= set(autovm.adapter.REPLAYABLE_OPS):
+        return f"{name}: the plan should replay {want_ops}, and only replayable ops: {ops}"
+    a, oa, b, ob = twins(model, momentum)
+    la = train(a, oa, x, y)
+    lb, run = under_plan(b, ob, p, x, y)
+    st = run.stats
+    diff = compare(a, la, b, lb)
+    if diff:
+        return f"{name}: not bit-identical: {diff}"
+    if not st.discards or st.recomputes < st.discards or st.late_recomputes or st.missed_discards:
+        return f"{name}: every discard should be regenerated ahead of its use: {st}"
+    print(f"  {name}: recomputes with {sorted(ops)}; {st}")
+    return ""
+
+
+@case("attach(): recompute=True replays batch norm, ReLU, pooling and additions, bit-identical")
+def _():
+    torch.manual_seed(3)
+    why = recompute_run(Tiny().train(), xt, yt, "tiny", 0.3, ["MaxPool"], extra_args=SMALL_WS)
+    torch.manual_seed(3)
+    xr, yr = batch(2, 64, 5)
+    # At its least budget resnet18's plan regenerates block outputs: Add, BatchNormalization
+    # and Relu chains (2026-11-30).
+    return why or recompute_run(torchvision.models.resnet18(num_classes=5).train(), xr, yr,
+                                "resnet18", 0.0, ["Add", "BatchNormalization", "Relu"])
+
+
+@case("a plan recomputing a convolution is refused; recompute= takes replayable ops only")
 def _():
     import subprocess
     onnx_path = os.path.join(tmp, "tiny.onnx")
     autovm.export_onnx(tiny, xt, onnx_path)
     out = os.path.join(tmp, "tiny-recompute.json")
-    subprocess.run([PLAN_EXE, onnx_path, "--batch", "4", "--optimizer", "momentum", "--budget",
-                    f"{TINY_BUDGET}B", *SMALL_WS, "-o", out, "--quiet"], check=True)
-    p = autovm.load_plan(out)
-    return raises(autovm.AutoVMError, lambda: autovm.attach(tiny, momentum(tiny), p),
-                  "--no-recompute")
+    base = [PLAN_EXE, onnx_path, "--batch", "4", "--optimizer", "momentum", "--device", SLOW_LINK,
+            "--movable", "activation,input", *SMALL_WS, "--quiet"]
+    low = json.loads(subprocess.run(base + ["--budget", "min"], check=True, capture_output=True,
+                                    text=True).stdout)["options"]["budget_bytes"]
+    for extra in range(0, 400000, 20000):  # a budget whose plan recomputes a convolution
+        subprocess.run(base + ["--budget", f"{low + extra}B", "-o", out], check=True)
+        p = autovm.load_plan(out)
+        if any(p.steps[a["source_step"]]["op"] == "Conv" for a in p.actions
+               if a["kind"] == "recompute"):
+            break
+    else:
+        return "no budget between the least and 400 KB more makes a plan that recomputes Conv"
+    why = raises(autovm.AutoVMError, lambda: autovm.attach(tiny, momentum(tiny), p),
+                 "recomputes with Conv", "--recompute-ops Add,BatchNormalization,MaxPool,Relu")
+    return why or raises(ValueError, lambda: autovm.plan(tiny, xt, opt0, recompute=["Conv"]),
+                         "the ops the adapter can replay")
 
 
 @case("unrealized='error': a plan that evicts parameters or optimizer state")
