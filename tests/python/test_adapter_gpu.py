@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The PyTorch adapter (python/autovm) on a CUDA GPU: ResNet-18 and VGG-11 at batch 32, under a
+"""The PyTorch adapter (python/autovm) on a CUDA GPU: ResNet-18, VGG-11 and ResNet-50 (the last
+with recomputation replayed, autovm.plan(..., recompute=True)) at batch 32, under a
 plan whose budget (60 % of PyTorch's peak as the planner models it, or the next of 70, 80, 90 and 95 % that the
 planner can promise) forces activation evictions. For each: 3 training steps bit-identical to
 plain training (losses, weights, batch norm statistics; cuDNN in deterministic mode, plain
@@ -30,11 +31,12 @@ import torchvision  # noqa: E402
 import autovm  # noqa: E402
 from adapter_models import batch, compare, train, twins  # noqa: E402
 
-# (model, batch, plan with PyTorch's margin). VGG-11's margin (its max-pool indices, which the
-# adapter never moves, counted over all of backward: python/autovm/README.md) leaves no budget
-# under its peak that the planner can promise: its plan is made on AutoVM's graph, unchecked
-# against the budget.
-MODELS = [("resnet18", 32, True), ("vgg11", 32, False)]
+# (model, batch, plan with PyTorch's margin, recompute=True). VGG-11's margin (its max-pool
+# indices, which the adapter never moves, counted over all of backward: python/autovm/README.md)
+# leaves no budget under its peak that the planner can promise: its plan is made on AutoVM's
+# graph, unchecked against the budget. ResNet-50's plan also regenerates tensors (batch norm,
+# ReLU and addition chains replayed by the adapter).
+MODELS = [("resnet18", 32, True, False), ("vgg11", 32, False, False), ("resnet50", 32, True, True)]
 RESOLUTION = 224
 BUDGET_FRACTIONS = (0.6, 0.7, 0.8, 0.9, 0.95)
 
@@ -48,8 +50,8 @@ def momentum(m):
     return torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
 
 
-def plan_file(d, name, n):
-    return os.path.join(d, f"{name}-b{n}-gpu-test.json")
+def plan_file(d, name, n, recompute=False):
+    return os.path.join(d, f"{name}-b{n}-gpu-test{'-recompute' if recompute else ''}.json")
 
 
 def budgets_file(d):
@@ -59,25 +61,26 @@ def budgets_file(d):
 def make_plans(d, planner, lib):
     os.makedirs(d, exist_ok=True)
     budgets = {}
-    for name, n, margin in MODELS:
+    for name, n, margin, recompute in MODELS:
         m = build(name)
         x, _ = batch(n, RESOLUTION, 1000)
-        free = autovm.plan(m, x, momentum(m), planner=planner, lib=lib)
+        free = autovm.plan(m, x, momentum(m), planner=planner, lib=lib, recompute=recompute)
         # PyTorch's peak as the planner models it (what plain training allocates).
         peak = (free.pytorch_memory or {}).get("peak_allocated_bytes", free.peak_bytes)
         peak = peak if margin else free.peak_bytes
         for fraction in BUDGET_FRACTIONS:
             budget = int(peak * fraction)
             try:
-                p = autovm.plan(m, x, momentum(m), budget=budget, out=plan_file(d, name, n),
-                                planner=planner, lib=lib, pytorch_margin=margin)
+                p = autovm.plan(m, x, momentum(m), budget=budget,
+                                out=plan_file(d, name, n, recompute), planner=planner, lib=lib,
+                                pytorch_margin=margin, recompute=recompute)
                 break
             except autovm.PlannerError as e:
                 if fraction == BUDGET_FRACTIONS[-1]:
                     raise
                 print(f"{name}: {fraction:.0%} of the peak cannot be promised ({e}); next",
                       flush=True)
-        budgets[plan_file("", name, n)] = budget if margin else None
+        budgets[plan_file("", name, n, recompute)] = budget if margin else None
         print(f"{name} batch {n}: PyTorch's modelled peak {peak} B, budget {budget} B -> {p.path}",
               flush=True)
     with open(budgets_file(d), "w") as f:
@@ -101,7 +104,7 @@ def run_steps(model, opt, x, y, plan=None):
     return losses, peak - base, stats, peak
 
 
-def check(name, n, plan, margin):
+def check(name, n, plan, margin, recompute):
     dev = torch.device("cuda")
     model = build(name).to(dev)
     x, y = batch(n, RESOLUTION, 1000, device=dev)
@@ -122,7 +125,10 @@ def check(name, n, plan, margin):
     diff = compare(a, la, b, lb)
     if diff:
         return f"not bit-identical: {diff}"
-    if st.evictions == 0 or st.bytes_to_host == 0:
+    if recompute and (st.discards == 0 or st.recomputes < st.discards or st.late_recomputes
+                      or st.missed_discards):
+        return f"every discard should be regenerated ahead of its use: {st}"
+    if not recompute and (st.evictions == 0 or st.bytes_to_host == 0):
         return f"no evictions made: {st}"
     if st.bytes_to_device != st.bytes_to_host:
         return f"not every eviction came back: {st}"
@@ -156,11 +162,11 @@ def main():
         make_plans(d, args.planner, args.lib)
     with open(budgets_file(d)) as f:
         budgets = json.load(f)
-    for name, n, margin in MODELS:
-        plan = autovm.load_plan(plan_file(d, name, n), lib=args.lib,
-                                requested_budget=budgets[plan_file("", name, n)])
+    for name, n, margin, recompute in MODELS:
+        plan = autovm.load_plan(plan_file(d, name, n, recompute), lib=args.lib,
+                                requested_budget=budgets[plan_file("", name, n, recompute)])
         try:
-            why = check(name, n, plan, margin)
+            why = check(name, n, plan, margin, recompute)
         except Exception as e:
             why = f"{type(e).__name__}: {e}"
         results.append(not why)

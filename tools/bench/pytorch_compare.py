@@ -13,6 +13,10 @@ for each model:
   autovm_free   autovm.attach under a plan without a budget (no actions): plain PyTorch seen
                 through the adapter's boundaries (not in the default --configs; for
                 --trace-memory)
+  autovm_rc_soc, autovm_rc_half, autovm_rc_ckpt
+                the same three budgets, with plans that also regenerate tensors the adapter
+                can replay (autovm.plan(..., recompute=True): batch norm, ReLU, max pooling
+                and additions)
 Per configuration: the median step time of 8 steps after 3 warm-up steps (torch.cuda.synchronize
 around each), torch.cuda.max_memory_allocated(), the last loss; for AutoVM also the planner's
 predicted step time and lower bound (statistics.prediction: step_time_us, bound_us) and the
@@ -57,15 +61,21 @@ RESOLUTION = 224
 MEASURED = {"vgg19": {"plain": 22.3e9, "save_on_cpu": 18.4e9, "checkpoint": 19.22e9},
             "resnet50": {"plain": 22.5e9, "save_on_cpu": 4.2e9, "checkpoint": 12.66e9}}
 PLAN_LABELS = {"autovm_soc": "the save_on_cpu peak", "autovm_half": "50 % of plain's peak",
-               "autovm_ckpt": "the checkpoint peak", "autovm_free": "no budget"}
-CONFIGS = ["plain", "save_on_cpu", "checkpoint", "autovm_soc", "autovm_half", "autovm_ckpt"]
+               "autovm_ckpt": "the checkpoint peak", "autovm_free": "no budget",
+               "autovm_rc_soc": "the save_on_cpu peak, recomputing",
+               "autovm_rc_half": "50 % of plain's peak, recomputing",
+               "autovm_rc_ckpt": "the checkpoint peak, recomputing"}
+CONFIGS = ["plain", "save_on_cpu", "checkpoint", "autovm_soc", "autovm_half", "autovm_ckpt",
+           "autovm_rc_soc", "autovm_rc_half", "autovm_rc_ckpt"]
 NO_BUDGET = 10**15  # bytes: more than any step holds, so the plan has no actions
 
 
 def budgets(name):
     m = MEASURED[name]
-    return {"autovm_soc": int(m["save_on_cpu"]), "autovm_half": int(m["plain"] * 0.5),
-            "autovm_ckpt": int(m["checkpoint"]), "autovm_free": NO_BUDGET}
+    b = {"autovm_soc": int(m["save_on_cpu"]), "autovm_half": int(m["plain"] * 0.5),
+         "autovm_ckpt": int(m["checkpoint"]), "autovm_free": NO_BUDGET}
+    b.update({f"autovm_rc_{k[len('autovm_'):]}": v for k, v in list(b.items()) if k != "autovm_free"})
+    return b
 
 
 def plan_path(d, name, label):
@@ -122,7 +132,7 @@ def make_plans(d, names, planner, lib, reserves=None):
             t0 = time.monotonic()
             out = plan_path(d, name, label)
             asked, note = budget, None
-            kw = dict(planner=planner, lib=lib)
+            kw = dict(planner=planner, lib=lib, recompute=label.startswith("autovm_rc_"))
             if reserves and name in reserves:
                 kw["reserve"] = reserves[name]
             try:
@@ -153,7 +163,7 @@ def make_plans(d, names, planner, lib, reserves=None):
                 "planner_budget_bytes": p.budget_bytes,
                 "pytorch_margin_bytes": p.pytorch_margin_bytes,
                 "predicted_pytorch_peak_unplanned_bytes": p.pytorch_memory["peak_allocated_bytes"],
-                "movable": "activation,input",
+                "movable": "activation,input", "recompute": kw["recompute"],
                 "reserve": "measured (--reserve-from)" if "reserve" in kw else None,
                 "predicted_step_time_us": pr.get("step_time_us"), "bound_us": pr.get("bound_us"),
                 "actions": {f"{k[0]} {k[1]}": v for k, v in sorted(p.action_counts().items())}}
