@@ -42,6 +42,7 @@ from .planner import optimizer_kind
 MOVABLE_KINDS = ("activation", "input")  # what saved-tensor hooks can move
 # ONNX ops the adapter can run again from what autograd saved (autovm-plan --recompute-ops).
 REPLAYABLE_OPS = ("Add", "BatchNormalization", "MaxPool", "Relu")
+_POOL_SLICE_BYTES = 64 << 20  # max pooling's replay: int64 indices of one slice of the batch
 BUCKET_PREFIX = "ddp_bucket."  # DDP's gradient buckets in a --data-parallel plan (buffers)
 
 
@@ -237,10 +238,15 @@ class Attachment:
                               f"{', '.join(REPLAYABLE_OPS)}). Plan with --recompute-ops "
                               f"{','.join(REPLAYABLE_OPS)} (autovm.plan(..., recompute=True)) or "
                               "--no-recompute")
+        # A recompute of a step's other output (batch norm's saved mean or inverse standard
+        # deviation, which autograd saved and the adapter matches only by size): the adapter
+        # leaves that tensor on the GPU, its discard and recompute unrealized.
+        self.kept = {a["tensor"] for a in p.actions if a["kind"] == "recompute"
+                     and p.steps[a["source_step"]]["outputs"][0] != a["tensor"]}
         for a in p.actions:
-            if a["kind"] == "recompute" and p.steps[a["source_step"]]["outputs"][0] != a["tensor"]:
-                raise AutoVMError(f"{p.path}: a recompute makes {p.tensors[a['tensor']]['name']}, "
-                                  "not the first output of its step: the adapter cannot replay it")
+            if a["kind"] == "discard" and a["tensor"] in self.kept:
+                t = p.tensors[a["tensor"]]
+                self.unrealized.append(("discard", t["kind"], t["name"], a["bytes"]))
         for a in p.actions:
             t = p.tensors[a["tensor"]]
             if a["kind"] in ("evict", "prefetch") and t["kind"] not in MOVABLE_KINDS:
@@ -248,11 +254,13 @@ class Attachment:
         if self.unrealized and unrealized != "ignore":
             kinds = {}
             for kind, tkind, _, nbytes in self.unrealized:
-                if kind == "evict":
-                    kinds[tkind] = kinds.get(tkind, 0) + nbytes
-            text = ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sorted(kinds.items()))
-            msg = (f"{p.path}: the plan also evicts tensors that saved-tensor hooks cannot move "
-                   f"({text}); they stay on the GPU, so PyTorch's memory exceeds the plan's")
+                if kind in ("evict", "discard"):
+                    key = tkind if kind == "evict" else "other outputs of recomputed steps"
+                    kinds[key] = kinds.get(key, 0) + nbytes
+            text = ", ".join(f"{k} {v / 1e6:.3f} MB" for k, v in sorted(kinds.items()))
+            msg = (f"{p.path}: the plan also takes off the GPU tensors that the adapter cannot "
+                   f"move or regenerate ({text}); they stay on the GPU, so PyTorch's memory "
+                   "exceeds the plan's")
             if unrealized == "error":
                 raise PlanFitError(msg + " (attach(..., unrealized='warn') runs it anyway)")
             return msg
@@ -379,8 +387,8 @@ class Attachment:
                              key=lambda a: a["after_step"])
         self.prefetches = sorted((a for a in mv if a["kind"] == "prefetch"),
                                  key=lambda a: a["after_step"])
-        self.discards = sorted((a for a in mv if a["kind"] == "discard"),
-                               key=lambda a: a["after_step"])
+        self.discards = sorted((a for a in mv if a["kind"] == "discard"
+                                and a["tensor"] not in self.kept), key=lambda a: a["after_step"])
         self._schedule_recomputes()
         # Other outputs of a call's steps (batch norm's saved mean and inverse std, say),
         # matched to tensors saved inside the call by size and order.
@@ -403,7 +411,7 @@ class Attachment:
         self.regen_groups = {}  # tensor -> [(after_step, group index)]: chains that make it
         by_key = {}
         for a in p.actions:
-            if a["kind"] != "recompute":
+            if a["kind"] != "recompute" or a["tensor"] in self.kept:
                 continue
             key = (a["after_step"], a["ready_before_step"])
             if key not in by_key:
@@ -818,15 +826,39 @@ class Attachment:
             return torch.add(args[0], args[1])
         m = self.model.get_submodule(self.step_call[s["id"]][0])
         if op == "MaxPool":
-            out = F.max_pool2d(args[0], m.kernel_size, m.stride, m.padding, m.dilation,
-                               ceil_mode=m.ceil_mode)
-            return out[0] if isinstance(out, tuple) else out
+            return self._max_pool(m, args[0])
         # BatchNormalization in training mode, as the module ran it, on copies of the running
         # statistics: the module's own were updated once, in forward.
         rm = m.running_mean.clone() if m.running_mean is not None else None
         rv = m.running_var.clone() if m.running_var is not None else None
         factor = m.momentum if m.momentum is not None else 0.0
         return F.batch_norm(args[0], rm, rv, m.weight, m.bias, True, factor, m.eps)
+
+    def _max_pool(self, m, x):
+        """Max pooling as module m runs it. On CUDA, PyTorch's max_pool2d makes int64 indices
+        (twice the output's bytes) even when nothing keeps them: the batch goes through in
+        slices whose indices take at most _POOL_SLICE_BYTES, so the replay needs little more
+        than its output. The maximum is exact, so slices give the same bytes."""
+        torch = self.torch
+        F = torch.nn.functional
+
+        def pool(t):
+            out = F.max_pool2d(t, m.kernel_size, m.stride, m.padding, m.dilation,
+                               ceil_mode=m.ceil_mode)
+            return out[0] if isinstance(out, tuple) else out
+        if x.dim() != 4 or x.shape[0] < 2:
+            return pool(x)
+        first = pool(x[:1])
+        per_sample = 2 * _nbytes(first)  # int64 indices of one sample's output
+        n = max(1, _POOL_SLICE_BYTES // max(per_sample, 1))
+        if n >= x.shape[0]:
+            return pool(x)
+        out = torch.empty((x.shape[0],) + tuple(first.shape[1:]), dtype=first.dtype,
+                          device=first.device)
+        out[:1] = first
+        for i in range(1, x.shape[0], n):
+            out[i:i + n] = pool(x[i:i + n])
+        return out
 
     def _evict(self, e):
         torch = self.torch

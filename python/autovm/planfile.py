@@ -37,10 +37,13 @@ def pytorch_margin(doc):
 def resident_bytes(doc):
     """Bytes the plan keeps on the GPU at each step: live bytes (steps[].live_bytes) less the
     tensors off there (from an evict's ready_before_step, or a discard's, until the step after
-    the prefetch's or recompute's after_step)."""
+    the prefetch's or recompute's after_step), plus the temporaries of recompute chains (a
+    tensor made again after its lifetime ended, resident at the recompute's ready_before_step
+    only: docs/execution-model.md, rule 5)."""
     steps = doc.get("steps", [])
     n = len(steps)
     off = [0] * (n + 1)
+    persistent = {l["tensor"] for l in doc.get("lifetimes", []) if l.get("persistent")}
     by_tensor = {}
     for a in doc.get("actions", []):
         if a.get("kind") in ("evict", "discard", "prefetch", "recompute"):
@@ -56,6 +59,11 @@ def resident_bytes(doc):
                     off[lo] += a["bytes"]
                     off[hi] -= a["bytes"]
                 start = None
+            elif a["kind"] == "recompute" and a["tensor"] not in persistent:  # a temporary
+                t = a["ready_before_step"]
+                if 0 <= t < n:
+                    off[t] -= a["bytes"]
+                    off[t + 1] += a["bytes"]
             else:  # a persistent tensor kept on the host over the step boundary
                 hi = min(n, a["after_step"] + 1)
                 off[0] += a["bytes"]

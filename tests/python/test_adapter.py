@@ -24,7 +24,7 @@ import torch  # noqa: E402
 import torchvision  # noqa: E402
 
 import autovm  # noqa: E402
-from adapter_models import Tiny, TinyOutOfOrder, batch, compare, train, twins  # noqa: E402
+from adapter_models import Tiny, TinyOutOfOrder, batch, compare, same, train, twins  # noqa: E402
 
 torch.set_num_threads(min(4, os.cpu_count() or 1))
 results = []
@@ -341,6 +341,25 @@ def _():
                                 "resnet18", 0.0, ["Add", "BatchNormalization", "Relu"])
 
 
+@case("max pooling replayed in slices of the batch gives the module's bytes")
+def _():
+    att = autovm.adapter.Attachment.__new__(autovm.adapter.Attachment)
+    att.torch = torch
+    saved = autovm.adapter._POOL_SLICE_BYTES
+    try:
+        for ceil in (False, True):
+            m = torch.nn.MaxPool2d(3, 2, 1, ceil_mode=ceil)
+            x = torch.randn(37, 8, 33, 33)
+            # indices of one sample's output: 2 * 8*17*17*4 B; slices of 1, 3 and all samples
+            for limit in (1, 3 * 2 * 8 * 17 * 17 * 4, 1 << 30):
+                autovm.adapter._POOL_SLICE_BYTES = limit
+                if not same(att._max_pool(m, x), m(x)):
+                    return f"ceil_mode={ceil}, slice limit {limit} B: other values"
+    finally:
+        autovm.adapter._POOL_SLICE_BYTES = saved
+    return ""
+
+
 @case("a plan recomputing a convolution is refused; recompute= takes replayable ops only")
 def _():
     import subprocess
@@ -419,6 +438,19 @@ def _():
                         "ready_before_step": 3}]}
     if autovm.resident_bytes(doc) != [100, 200, 250, 150]:
         return f"resident_bytes {autovm.resident_bytes(doc)}"
+    # Recomputation: tensor 8 (40 B) discarded after step 0 and made again before step 3 by a
+    # chain with tensor 9 (10 B, dead by then: a temporary, resident at step 3 only):
+    # 100, 160, 210, 160.
+    chained = dict(doc, lifetimes=[{"tensor": 9, "first": 0, "last": 1, "persistent": False}],
+                   actions=doc["actions"] + [
+                       {"kind": "discard", "tensor": 8, "bytes": 40, "after_step": 0,
+                        "ready_before_step": 1},
+                       {"kind": "recompute", "tensor": 9, "bytes": 10, "after_step": 2,
+                        "ready_before_step": 3},
+                       {"kind": "recompute", "tensor": 8, "bytes": 40, "after_step": 2,
+                        "ready_before_step": 3}])
+    if autovm.resident_bytes(chained) != [100, 160, 210, 160]:
+        return f"resident_bytes with a chain {autovm.resident_bytes(chained)}"
     t1 = [{"pos": -1, "peak": 999}, {"pos": 1, "peak": 260}, {"pos": 2, "peak": 250},
           {"pos": "end", "peak": 170}]
     t2 = [{"pos": -1, "peak": 5}, {"pos": 3, "peak": 330}]
