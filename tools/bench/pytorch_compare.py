@@ -316,6 +316,9 @@ def main():
                     help="--make-plans: plan with the memory PyTorch held beyond the plans, per "
                          "step, measured by a --trace-memory run (its JSON) under the plans in "
                          "PLANS (autovm.step_reserve), instead of the modelled margin")
+    ap.add_argument("--write-reserves", metavar="DIR",
+                    help="with --reserve-from: write each model's reserve to "
+                         "DIR/MODEL-reserve.json (for autovm-plan --reserve) and exit")
     ap.add_argument("--planner", help="autovm-plan (--make-plans; default: $AUTOVM_PLAN or "
                                       "the build's)")
     ap.add_argument("--lib", help="libautovm (default: $AUTOVM_LIB or the build's)")
@@ -329,6 +332,16 @@ def main():
     for n in names:
         if n not in MEASURED:
             ap.error(f"--models: {n} has no measured peaks (known: {', '.join(MEASURED)})")
+    if args.write_reserves:
+        if not args.reserve_from:
+            ap.error("--write-reserves needs --reserve-from")
+        os.makedirs(args.write_reserves, exist_ok=True)
+        for model, reserve in reserves_from(*args.reserve_from).items():
+            path = os.path.join(args.write_reserves, f"{model}-reserve.json")
+            with open(path, "w") as f:
+                json.dump(reserve, f)
+            print(f"{model}: {len(reserve['step_bytes'])} steps -> {path}")
+        return 0
     if args.make_plans:
         reserves = reserves_from(*args.reserve_from) if args.reserve_from else None
         make_plans(args.make_plans, names, args.planner, args.lib, reserves)
