@@ -19,6 +19,9 @@
 //              planner may regenerate it there and move it from there (plan/gap_split.h).
 //   bound      a step time no plan beats under a budget (plan/bound.h); a pair bound counts
 //              the departures before one step and the tail after a later one together.
+//   chain      the forward steps a recompute runs again to make a tensor: its producer and the
+//              producers of its inputs that died (temporaries); only steps whose op the
+//              options allow (plan/recompute_ops.h, autovm-plan --recompute-ops).
 #pragma once
 
 #include <cstdint>

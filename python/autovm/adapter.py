@@ -827,12 +827,16 @@ class Attachment:
         m = self.model.get_submodule(self.step_call[s["id"]][0])
         if op == "MaxPool":
             return self._max_pool(m, args[0])
-        # BatchNormalization in training mode, as the module ran it, on copies of the running
-        # statistics: the module's own were updated once, in forward.
-        rm = m.running_mean.clone() if m.running_mean is not None else None
-        rv = m.running_var.clone() if m.running_var is not None else None
+        # BatchNormalization as the module ran it (torch.nn.modules.batchnorm._BatchNorm):
+        # with the batch's statistics when training (or tracking none), on copies of the
+        # running statistics, which the forward already updated once; with the running
+        # statistics, which it left alone, when frozen (eval mode).
+        training = m.training or (m.running_mean is None and m.running_var is None)
+        rm, rv = m.running_mean, m.running_var
+        if training and rm is not None:
+            rm, rv = rm.clone(), rv.clone()
         factor = m.momentum if m.momentum is not None else 0.0
-        return F.batch_norm(args[0], rm, rv, m.weight, m.bias, True, factor, m.eps)
+        return F.batch_norm(args[0], rm, rv, m.weight, m.bias, training, factor, m.eps)
 
     def _max_pool(self, m, x):
         """Max pooling as module m runs it. On CUDA, PyTorch's max_pool2d makes int64 indices
