@@ -22,9 +22,9 @@ Recomputation (plans made with autovm-plan --recompute-ops, a subset of REPLAYAB
 recompute action's source step is replayed with the functional form of its op (batch norm in
 training mode on copies of the running statistics, so they are updated once, as without the
 adapter), from the saved tensors it reads and the temporaries made before it in its chain.
-Only tensors matched to the plan by identity (a module call's output, or the model's input) are
-discarded or read by a chain, never ones matched by size and order, so the replay reads exactly
-the tensors the op read in forward.
+Only tensors matched to the plan by identity (a module call's output or argument, or the
+model's input) are discarded or read by a chain, never ones matched by size and order, so the
+replay reads exactly the tensors the op read in forward.
 
 Numerics never depend on how tensors were matched to the plan: a saved tensor comes back as
 itself, as an exact copy of the bytes it had when it was saved, or as its op run again on the
@@ -365,8 +365,17 @@ class Attachment:
         for call, ids in self.call_steps.items():
             for sid in ids:
                 self.step_call[sid] = call
-        # What the adapter matches by identity: each call's output, and the input.
+        # What the adapter matches by identity: each call's output, each call's first input
+        # (a functional op's result, such as a concatenation or a residual sum, reaches the
+        # module after it as its argument), and the model's input.
         self.identity_tids = {p.steps[self.last_fwd[c]]["outputs"][0] for c in self.fwd_seq}
+        self.call_input = {}
+        for c in self.fwd_seq:
+            ins = [t for t in p.steps[self.first_fwd[c]]["inputs"]
+                   if p.tensors[t]["kind"] in MOVABLE_KINDS]
+            if ins:
+                self.call_input[c] = ins[0]
+                self.identity_tids.add(ins[0])
         if self.input_tensor is not None:
             self.identity_tids.add(self.input_tensor["id"])
 
@@ -430,8 +439,8 @@ class Attachment:
                         continue
                     if tid not in self.identity_tids:
                         problems.append(f"the chain before step {a['ready_before_step']} reads "
-                                        f"{p.tensors[tid]['name']}, which no module call "
-                                        "returns")
+                                        f"{p.tensors[tid]['name']}, which is no module call's "
+                                        "output or argument")
                 if s["op"] in ("BatchNormalization", "MaxPool"):
                     call = self.step_call.get(s["id"])
                     kind = "BatchNorm" if s["op"] == "BatchNormalization" else "MaxPool"
@@ -442,8 +451,8 @@ class Attachment:
                 made.add(a["tensor"])
                 if p.tensors[a["tensor"]]["last"] >= a["ready_before_step"]:  # not a temporary
                     if a["tensor"] not in self.identity_tids:
-                        problems.append(f"{p.tensors[a['tensor']]['name']} is recomputed but no "
-                                        "module call returns it")
+                        problems.append(f"{p.tensors[a['tensor']]['name']} is recomputed but is "
+                                        "no module call's output or argument")
                     g["targets"].append(a["tensor"])
                     self.regen_groups.setdefault(a["tensor"], []).append((a["after_step"], gi))
         for a in self.discards:
@@ -579,8 +588,24 @@ class Attachment:
             step.fwd_idx += 1
             step.current = call
             step.pending = []
+            self._name_input(step, call, _first_tensor(args))
             self._boundary(step, self.first_fwd[call] - 1)
         return pre
+
+    def _name_input(self, step, call, x):
+        """Names a call's argument by identity as the plan's first input of the call, when it
+        has that tensor's shape and no name yet (a view, such as a flattened one, has another
+        shape and stays unnamed)."""
+        tid = self.call_input.get(call)
+        if tid is None or x is None or tuple(x.shape) != tuple(self.plan.shapes.get(tid, ())):
+            return
+        named = step.named.get(id(x))
+        if named is not None and named[1]() is x and named[2] == x._version:
+            return
+        step.named[id(x)] = (tid, weakref.ref(x), x._version)
+        e = step.live.get(id(x))  # saved already, by a functional op before this call
+        if e is not None and e.tid is None and e.ref() is x and e.version == x._version:
+            self._name(step, e, tid, exact=True)
 
     def _make_post(self, name):
         def post(module, args, output):

@@ -301,10 +301,10 @@ with open(SLOW_LINK, "w") as f:
     json.dump(_profile, f)
 
 
-def recompute_run(model, x, y, name, fraction, want_ops, **kw):
+def recompute_run(model, x, y, name, fraction, want_ops, missed_ok=False, **kw):
     """Plans with recompute=True on the slow link, trains 3 steps under the plan and plainly:
     '' when the plan replays at least want_ops and training is bit-identical with discards and
-    recomputes made, none late."""
+    recomputes made, none late (and none missed, unless missed_ok)."""
     opt = momentum(model)
     kw = dict(recompute=True, device=SLOW_LINK, pytorch_margin=False, **kw)
     free = autovm.plan(model, x, opt, **kw)
@@ -323,7 +323,8 @@ def recompute_run(model, x, y, name, fraction, want_ops, **kw):
     diff = compare(a, la, b, lb)
     if diff:
         return f"{name}: not bit-identical: {diff}"
-    if not st.discards or st.recomputes < st.discards or st.late_recomputes or st.missed_discards:
+    if (not st.discards or st.recomputes < st.discards or st.late_recomputes
+            or (st.missed_discards and not missed_ok)):
         return f"{name}: every discard should be regenerated ahead of its use: {st}"
     print(f"  {name}: recomputes with {sorted(ops)}; {st}")
     return ""
@@ -337,8 +338,16 @@ def _():
     xr, yr = batch(2, 64, 5)
     # At its least budget resnet18's plan regenerates block outputs: Add, BatchNormalization
     # and Relu chains (2026-11-30).
-    return why or recompute_run(torchvision.models.resnet18(num_classes=5).train(), xr, yr,
-                                "resnet18", 0.0, ["Add", "BatchNormalization", "Relu"])
+    why = why or recompute_run(torchvision.models.resnet18(num_classes=5).train(), xr, yr,
+                               "resnet18", 0.0, ["Add", "BatchNormalization", "Relu"])
+    # MobileNet-v2: a residual sum is no module's output, but the next block's argument (named
+    # by identity in that call's pre hook). Its batch norm outputs are overwritten by in-place
+    # ReLU6, whose backward PyTorch runs from the result: the plan's discards of them find no
+    # tensor (missed_discards), which changes memory, never numerics.
+    torch.manual_seed(3)
+    return why or recompute_run(torchvision.models.mobilenet_v2(num_classes=5).train(), xr, yr,
+                                "mobilenet_v2", 0.3, ["Add", "BatchNormalization"],
+                                missed_ok=True)
 
 
 @case("max pooling replayed in slices of the batch gives the module's bytes")
