@@ -709,13 +709,10 @@ class Attachment:
             return
         step.pos = pos
         self._trace(pos)
-        ev = self.evicts
-        while step.ev_i < len(ev) and ev[step.ev_i]["after_step"] <= pos:
-            step.due.append(ev[step.ev_i])
-            step.ev_i += 1
+        step.ev_i = self._issue(self.evicts, step.ev_i, pos, step.due)
         still = []
         for a in step.due:
-            entries = [e for e in (r() for r in step.by_tid.get(a["tensor"], ())) if e is not None]
+            entries = self._entries(step, a["tensor"])
             if not entries:
                 still.append(a)
                 continue
@@ -744,17 +741,28 @@ class Attachment:
             self._run_group(step, step.rc_i)
             step.rc_i += 1
 
+    @staticmethod
+    def _issue(actions, i, pos, due):
+        """Appends to `due` the actions (sorted by after_step) from index i on that are issued
+        by pos; returns the index of the first one not yet issued."""
+        while i < len(actions) and actions[i]["after_step"] <= pos:
+            due.append(actions[i])
+            i += 1
+        return i
+
+    @staticmethod
+    def _entries(step, tid, exact=False):
+        """The live entries named tid (only those matched by identity, when exact)."""
+        return [e for e in (r() for r in step.by_tid.get(tid, ()))
+                if e is not None and (e.exact or not exact)]
+
     def _discard_due(self, step, pos):
         """Discards issued by pos: each entry (matched by identity) gives up its GPU tensor
         without a copy and waits for the chain group that makes it again."""
-        ds = self.discards
-        while step.dc_i < len(ds) and ds[step.dc_i]["after_step"] <= pos:
-            step.discards_due.append(ds[step.dc_i])
-            step.dc_i += 1
+        step.dc_i = self._issue(self.discards, step.dc_i, pos, step.discards_due)
         still = []
         for a in step.discards_due:
-            entries = [e for e in (r() for r in step.by_tid.get(a["tensor"], ()))
-                       if e is not None and e.exact]
+            entries = self._entries(step, a["tensor"], exact=True)
             if not entries:
                 still.append(a)
                 continue
@@ -788,8 +796,8 @@ class Attachment:
             return
         step.groups_run.add(gi)
         g = self.groups[gi]
-        waiting = [e for tid in g["targets"] for e in (r() for r in step.by_tid.get(tid, ()))
-                   if e is not None and e.regen == gi and e.gpu is None]
+        waiting = [e for tid in g["targets"] for e in self._entries(step, tid)
+                   if e.regen == gi and e.gpu is None]
         if not waiting:
             return  # its discards were not made (missed_discards): the tensors stayed
         torch = self.torch
@@ -822,9 +830,7 @@ class Attachment:
     def _chain_input(self, step, tid, temps, action):
         if tid in temps:
             return temps[tid]
-        for e in (r() for r in step.by_tid.get(tid, ())):
-            if e is None or not e.exact:
-                continue
+        for e in self._entries(step, tid, exact=True):
             if e.gpu is None and e.cpu is None and e.regen is not None:
                 self._regenerate(step, e)
             if e.gpu is None and e.cpu is not None:  # evicted, not yet back: bring it now

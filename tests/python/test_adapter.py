@@ -67,12 +67,17 @@ def under_plan(model_b, opt_b, plan, x, y, **kw):
     return losses, run
 
 
-def identical_run(model, x, y, plan, name):
+def plain_and_planned(model, x, y, plan):
+    """Trains twins of model 3 steps, plainly and under the plan: (what differs, '' when
+    bit-identical; the adapter's stats; the plain losses)."""
     a, oa, b, ob = twins(model, momentum)
     la = train(a, oa, x, y)
     lb, run = under_plan(b, ob, plan, x, y)
-    st = run.stats
-    diff = compare(a, la, b, lb)
+    return compare(a, la, b, lb), run.stats, la
+
+
+def identical_run(model, x, y, plan, name):
+    diff, st, la = plain_and_planned(model, x, y, plan)
     if diff:
         return f"{name}: not bit-identical: {diff}"
     if st.training_steps != 3 or st.evictions == 0 or st.bytes_to_host == 0:
@@ -316,11 +321,7 @@ def recompute_run(model, x, y, name, fraction, want_ops, missed_ok=False, **kw):
         return f"{name}: options.recompute_ops {p.options.get('recompute_ops')}"
     if not set(want_ops) <= ops <= set(autovm.adapter.REPLAYABLE_OPS):
         return f"{name}: the plan should replay {want_ops}, and only replayable ops: {ops}"
-    a, oa, b, ob = twins(model, momentum)
-    la = train(a, oa, x, y)
-    lb, run = under_plan(b, ob, p, x, y)
-    st = run.stats
-    diff = compare(a, la, b, lb)
+    diff, st, _ = plain_and_planned(model, x, y, p)
     if diff:
         return f"{name}: not bit-identical: {diff}"
     if (not st.discards or st.recomputes < st.discards or st.late_recomputes
