@@ -113,12 +113,21 @@ struct Args {
 }
 
 // --recompute-ops: comma-separated ONNX op types that AutoVM supports, sorted and unique.
-autovm::RecomputeOps parse_recompute_ops(const std::string& text) {
-  autovm::RecomputeOps ops;
+// The items of a comma-separated option value, in order (empty items included).
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> items;
   size_t begin = 0;
   for (;;) {
     size_t end = text.find(',', begin);
-    std::string item = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    items.push_back(text.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+    if (end == std::string::npos) return items;
+    begin = end + 1;
+  }
+}
+
+autovm::RecomputeOps parse_recompute_ops(const std::string& text) {
+  autovm::RecomputeOps ops;
+  for (const std::string& item : split_commas(text)) {
     if (item == "Dropout")
       usage_error("--recompute-ops: Dropout cannot be recomputed (it is random: running it "
                   "again gives another mask)");
@@ -130,8 +139,6 @@ autovm::RecomputeOps parse_recompute_ops(const std::string& text) {
                               item, names));
     }
     ops.ops.push_back(item);
-    if (end == std::string::npos) break;
-    begin = end + 1;
   }
   std::sort(ops.ops.begin(), ops.ops.end());
   ops.ops.erase(std::unique(ops.ops.begin(), ops.ops.end()), ops.ops.end());
@@ -145,10 +152,7 @@ autovm::MovableKinds parse_movable(const std::string& text) {
   std::string names;
   for (int k = 0; k < autovm::kTensorKindCount; ++k)
     names += fmt::format("{}{}", k ? ", " : "", autovm::name(autovm::TensorKind(k)));
-  size_t begin = 0;
-  for (;;) {
-    size_t end = text.find(',', begin);
-    std::string item = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+  for (const std::string& item : split_commas(text)) {
     bool known = false;
     for (int k = 0; k < autovm::kTensorKindCount && !known; ++k)
       if (item == autovm::name(autovm::TensorKind(k))) {
@@ -157,8 +161,6 @@ autovm::MovableKinds parse_movable(const std::string& text) {
       }
     if (!known)
       usage_error(fmt::format("--movable: unknown tensor kind '{}': use {}", item, names));
-    if (end == std::string::npos) break;
-    begin = end + 1;
   }
   return kinds;
 }

@@ -418,6 +418,7 @@ class Attachment:
         p = self.plan
         self.groups = []        # {"after_step", "ready_before_step", "actions", "targets"}
         self.regen_groups = {}  # tensor -> [(after_step, group index)]: chains that make it
+        self.step_module = {}   # replayed batch norm and max pooling step -> its module
         by_key = {}
         for a in p.actions:
             if a["kind"] != "recompute" or a["tensor"] in self.kept:
@@ -448,6 +449,7 @@ class Attachment:
                     if m is None or not type(m).__name__.startswith(kind):
                         problems.append(f"step {s['id']} ({s['node']}) is not a {kind} module "
                                         "call the adapter can replay")
+                    self.step_module[s["id"]] = m
                 made.add(a["tensor"])
                 if p.tensors[a["tensor"]]["last"] >= a["ready_before_step"]:  # not a temporary
                     if a["tensor"] not in self.identity_tids:
@@ -855,7 +857,7 @@ class Attachment:
             return F.relu(args[0])
         if op == "Add":
             return torch.add(args[0], args[1])
-        m = self.model.get_submodule(self.step_call[s["id"]][0])
+        m = self.step_module[s["id"]]
         if op == "MaxPool":
             return self._max_pool(m, args[0])
         # BatchNormalization as the module ran it (torch.nn.modules.batchnorm._BatchNorm):
@@ -871,9 +873,11 @@ class Attachment:
 
     def _max_pool(self, m, x):
         """Max pooling as module m runs it. On CUDA, PyTorch's max_pool2d makes int64 indices
-        (twice the output's bytes) even when nothing keeps them: the batch goes through in
+        (one per output element) even when nothing keeps them: the batch goes through in
         slices whose indices take at most _POOL_SLICE_BYTES, so the replay needs little more
-        than its output. The maximum is exact, so slices give the same bytes."""
+        than its output. A slice's indices are sized by its input's elements (a sample's output
+        has about as many at most: PyTorch allows padding of at most half the kernel), so no
+        pooling runs twice. The maximum is exact, so slices give the same bytes."""
         torch = self.torch
         F = torch.nn.functional
 
@@ -881,17 +885,15 @@ class Attachment:
             out = F.max_pool2d(t, m.kernel_size, m.stride, m.padding, m.dilation,
                                ceil_mode=m.ceil_mode)
             return out[0] if isinstance(out, tuple) else out
-        if x.dim() != 4 or x.shape[0] < 2:
+        batch = x.shape[0] if x.dim() == 4 else 1
+        n = max(1, _POOL_SLICE_BYTES // max(8 * (x.numel() // max(batch, 1)), 1))
+        if n >= batch:
             return pool(x)
-        first = pool(x[:1])
-        per_sample = 2 * _nbytes(first)  # int64 indices of one sample's output
-        n = max(1, _POOL_SLICE_BYTES // max(per_sample, 1))
-        if n >= x.shape[0]:
-            return pool(x)
-        out = torch.empty((x.shape[0],) + tuple(first.shape[1:]), dtype=first.dtype,
+        first = pool(x[:n])
+        out = torch.empty((batch,) + tuple(first.shape[1:]), dtype=first.dtype,
                           device=first.device)
-        out[:1] = first
-        for i in range(1, x.shape[0], n):
+        out[:n] = first
+        for i in range(n, batch, n):
             out[i:i + n] = pool(x[i:i + n])
         return out
 

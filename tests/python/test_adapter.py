@@ -360,8 +360,9 @@ def _():
         for ceil in (False, True):
             m = torch.nn.MaxPool2d(3, 2, 1, ceil_mode=ceil)
             x = torch.randn(37, 8, 33, 33)
-            # indices of one sample's output: 2 * 8*17*17*4 B; slices of 1, 3 and all samples
-            for limit in (1, 3 * 2 * 8 * 17 * 17 * 4, 1 << 30):
+            # the bound on one sample's indices: 8 B per input element, 8*33*33 of them;
+            # slices of 1, 3 and all 37 samples (the last slice of 3 holds only 1)
+            for limit in (1, 3 * 8 * 8 * 33 * 33, 1 << 30):
                 autovm.adapter._POOL_SLICE_BYTES = limit
                 if not same(att._max_pool(m, x), m(x)):
                     return f"ceil_mode={ceil}, slice limit {limit} B: other values"
