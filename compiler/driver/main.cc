@@ -81,6 +81,11 @@ options:
                         tensors; written to the plan's options as "data_parallel"
   --bucket-mb MB        DDP's bucket_cap_mb with --data-parallel (default 25, MiB; the
                         first bucket holds 1 MiB)
+  --pool-indices        max pooling keeps the int64 positions of its maxima for backward
+                        (an activation twice its fp32 output's size) and its backward
+                        reads them and its input, not its output, as PyTorch's autograd
+                        does; the PyTorch adapter moves them like any saved tensor
+                        (default: backward reads the pooling's output, as ONNX has it)
   --quiet               no summary on standard error
   -h, --help            this text
   --version             the version
@@ -238,6 +243,8 @@ Args parse_args(int argc, char** argv, bool& done) {
         usage_error(fmt::format("--bucket-mb takes a positive number of MiB, not '{}'", v));
       a.options.data_parallel.bucket_cap_bytes = static_cast<int64_t>(mb * 1024 * 1024);
       a.bucket_given = true;
+    } else if (arg == "--pool-indices") {
+      a.options.pool_indices = true;
     } else if (arg == "--quiet") {
       a.quiet = true;
     } else if (!arg.empty() && arg[0] == '-' && arg != "-") {

@@ -302,6 +302,7 @@ Plan plan_model(model::Model& m, const PlanOptions& options, bool shapes_known) 
   topts.optimizer = options.optimizer;
   topts.conv_workspace_limit = options.conv_workspace_limit;
   topts.data_parallel = options.data_parallel;
+  topts.pool_indices = options.pool_indices;
   plan.training = training::build_training_step(m, topts);
   timer.done("build_training_step");
   if (!options.reserve_file.empty()) {

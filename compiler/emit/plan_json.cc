@@ -132,6 +132,7 @@ void write_plan_json(const Plan& plan, const std::function<void(std::string_view
       if (o.movable.has(TensorKind(k))) w.value(name(TensorKind(k)));
     w.end_array();
   }
+  if (o.pool_indices) w.key("pool_indices").value(true);  // --pool-indices
   if (plan.training.data_parallel.enabled) {  // autovm-plan --data-parallel
     const training::DataParallelOptions& dp = plan.training.data_parallel;
     int64_t bucket_bytes = 0;

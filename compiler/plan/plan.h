@@ -43,6 +43,7 @@ struct PlanOptions {
   training::Optimizer optimizer = training::Optimizer::sgd;
   int64_t conv_workspace_limit = int64_t(256) << 20;
   training::DataParallelOptions data_parallel;  // --data-parallel, --bucket-mb
+  bool pool_indices = false;  // --pool-indices: max pooling keeps int64 indices (PyTorch)
   int64_t alignment = 256;
 };
 

@@ -138,6 +138,14 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
       };
       rec.outputs = {y, saved(1, "/saved_mean"), saved(2, "/saved_inv_std")};
       step_outputs = rec.outputs;
+    } else if (n.op == "MaxPool" && o.pool_indices && !n.outputs.empty() && n.outputs[0] >= 0) {
+      TensorId y = new_output(n.outputs[0], any_grad);
+      TensorId indices = n.outputs.size() > 1 && n.outputs[1] >= 0
+                             ? new_output(n.outputs[1], false)
+                             : add(n.name + "/indices", TensorKind::activation, DType::i64,
+                                   Shape(g.tensor(y).shape), false);
+      rec.outputs = {y, indices};
+      step_outputs = rec.outputs;
     } else if (n.op == "Dropout") {
       TensorId y = new_output(n.outputs[0], any_grad);
       TensorId mask = n.outputs.size() > 1 && n.outputs[1] >= 0

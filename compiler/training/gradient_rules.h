@@ -9,7 +9,8 @@
 // A forward step's tensor layout is the ONNX node's, with two additions the training step
 // needs: BatchNormalization gets outputs [Y, saved_mean, saved_inv_std] and takes its running
 // statistics as in-place inputs/outputs; LayerNormalization gets [Y, saved_mean, saved_inv_std];
-// Dropout (training) gets outputs [Y, mask].
+// Dropout (training) gets outputs [Y, mask]; MaxPool gets [Y, Indices] with
+// TrainingOptions::pool_indices.
 // Refs below index that layout.
 #pragma once
 

@@ -45,6 +45,11 @@ struct TrainingOptions {
   Optimizer optimizer = Optimizer::sgd;
   int64_t conv_workspace_limit = int64_t(256) << 20;  // see training/cost.h
   DataParallelOptions data_parallel;
+  // Max pooling keeps the int64 positions of its maxima (an "Indices" output of the output's
+  // shape, named "<node>/indices" when the model has none) and its backward reads them and
+  // its input, not its output: what PyTorch's autograd saves for max_pool2d (autovm-plan
+  // --pool-indices). A MaxPool node whose model gives it an Indices output always works so.
+  bool pool_indices = false;
 };
 
 struct TrainingStep {

@@ -174,6 +174,31 @@ TEST_CASE("pooling, reductions and matrix products") {
     CHECK(names(ts.graph, find_step(ts.graph, "MaxPoolGrad").inputs) == Names{"grad/y", "h", "y"});
     CHECK(find_step(ts.graph, "MaxPool").flops == doctest::Approx(8.0 * 4));
   }
+  SUBCASE("MaxPool with pool_indices keeps input and int64 indices, not its output") {
+    for (bool model_has_indices : {false, true}) {
+      CAPTURE(model_has_indices);
+      ModelBuilder b;
+      b.input("x", {2, 1, 4, 4}).param("p", {2, 1, 4, 4});
+      b.node("Mul", "mul", {"x", "p"}, {{"h", {2, 1, 4, 4}}});
+      std::vector<std::pair<std::string, Shape>> outs = {{"y", {2, 1, 2, 2}}};
+      if (model_has_indices) outs.push_back({"idx", {2, 1, 2, 2}});
+      b.node("MaxPool", "pool", {"h"}, outs,
+             {{"kernel_shape", ints_attr({2, 2})}, {"strides", ints_attr({2, 2})}});
+      if (model_has_indices) b.m.values[static_cast<size_t>(b.m.find("idx"))].dtype = DType::i64;
+      b.node("Flatten", "flat", {"y"}, {{"logits", {2, 4}}}).output("logits");
+      training::TrainingOptions o;
+      o.pool_indices = !model_has_indices;  // an Indices output of the model works so anyway
+      auto ts = training::build_training_step(b.m, o);
+      const TrainingGraph& g = ts.graph;
+      const std::string idx = model_has_indices ? "idx" : "pool/indices";
+      const Step& fwd = find_step(g, "MaxPool");
+      CHECK(names(g, fwd.outputs) == Names{"y", idx});
+      CHECK(g.tensor(fwd.outputs[1]).dtype == DType::i64);
+      CHECK(g.tensor(fwd.outputs[1]).bytes == 2 * 1 * 2 * 2 * 8);
+      CHECK(g.tensor(fwd.outputs[1]).kind == TensorKind::activation);
+      CHECK(names(g, find_step(g, "MaxPoolGrad").inputs) == Names{"grad/y", "h", idx});
+    }
+  }
   for (const char* op : {"AveragePool", "GlobalAveragePool", "ReduceMean"}) {
     CAPTURE(op);
     ModelBuilder b;

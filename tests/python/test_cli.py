@@ -156,6 +156,29 @@ with tempfile.TemporaryDirectory() as tmp:
               and cheap["statistics"]["prediction"]["bound_us"] >= every["statistics"]["prediction"]["bound_us"])
     results.append(ok)
     print(f"{'PASS' if ok else 'FAIL'} --recompute-ops: only those ops rerun; options.recompute_ops; a bound no lower")
+    # --pool-indices: every MaxPool step gets an int64 output of its output's shape, which its
+    # backward reads instead of the output (ResNet-18 b8: 8 x 64 x 56 x 56 x 8 B = 12,845,056 B);
+    # options.pool_indices records it; without it, no such tensor.
+    plain = json.loads(run(RESNET18, "--batch", "8", "--quiet").stdout)
+    pooled = json.loads(case("--pool-indices", [RESNET18, "--batch", "8", "--pool-indices", "--quiet"],
+                             0, stream="stdout").stdout)
+
+    def pool_steps(p):
+        T = p["tensors"]
+        fwd = [s for s in p["steps"] if s["op"] == "MaxPool"]
+        bwd = [s for s in p["steps"] if s["op"] == "MaxPoolGrad"]
+        return T, fwd, bwd
+    T, fwd, bwd = pool_steps(pooled)
+    ok = (pooled["options"].get("pool_indices") is True and "pool_indices" not in plain["options"]
+          and len(fwd) == 1 and len(fwd[0]["outputs"]) == 2 and len(bwd) == 1)
+    if ok:
+        y, idx = fwd[0]["outputs"]
+        ok = (T[idx]["dtype"] == "int64" and T[idx]["bytes"] == 12845056 and T[idx]["kind"] == "activation"
+              and idx in bwd[0]["inputs"] and y not in bwd[0]["inputs"])
+        T0, fwd0, bwd0 = pool_steps(plain)
+        ok = ok and len(fwd0[0]["outputs"]) == 1 and fwd0[0]["outputs"][0] in bwd0[0]["inputs"]
+    results.append(ok)
+    print(f"{'PASS' if ok else 'FAIL'} --pool-indices: max pooling keeps int64 indices, its backward reads them")
     leftovers = [f for f in os.listdir(tmp) if ".tmp" in f]
     results.append(not leftovers)
     print(f"{'PASS' if not leftovers else 'FAIL'} no temporary files left behind {leftovers}")
