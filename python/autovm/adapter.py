@@ -21,7 +21,8 @@ Pieces, in the order a training step meets them:
 Recomputation (plans made with autovm-plan --recompute-ops, a subset of REPLAYABLE_OPS): a
 recompute action's source step is replayed with the functional form of its op (batch norm in
 training mode on copies of the running statistics, so they are updated once, as without the
-adapter), from the saved tensors it reads and the temporaries made before it in its chain.
+adapter; a convolution through its module's own _conv_forward), from the saved tensors it reads
+and the temporaries made before it in its chain.
 Only tensors matched to the plan by identity (a module call's output or argument, or the
 model's input) are discarded or read by a chain, never ones matched by size and order, so the
 replay reads exactly the tensors the op read in forward.
@@ -29,7 +30,12 @@ replay reads exactly the tensors the op read in forward.
 Numerics never depend on how tensors were matched to the plan: a saved tensor comes back as
 itself, as an exact copy of the bytes it had when it was saved, or as its op run again on the
 same inputs by the same kernel (ReLU, addition and max pooling are exact; batch norm's kernel
-is the one the forward ran).
+is the one the forward ran; cuDNN keeps the algorithm it chose for a convolution's shape and
+runs it again).
+
+Max pooling's int64 indices (plans made with autovm-plan --pool-indices, as autovm.plan makes
+them) are a saved tensor of the plan like any other: evicted, prefetched, discarded and
+regenerated (max pooling replayed for its indices).
 """
 import re
 import warnings
@@ -41,7 +47,7 @@ from .planner import optimizer_kind
 
 MOVABLE_KINDS = ("activation", "input")  # what saved-tensor hooks can move
 # ONNX ops the adapter can run again from what autograd saved (autovm-plan --recompute-ops).
-REPLAYABLE_OPS = ("Add", "BatchNormalization", "MaxPool", "Relu")
+REPLAYABLE_OPS = ("Add", "BatchNormalization", "Conv", "MaxPool", "Relu")
 _POOL_SLICE_BYTES = 64 << 20  # max pooling's replay: int64 indices of one slice of the batch
 BUCKET_PREFIX = "ddp_bucket."  # DDP's gradient buckets in a --data-parallel plan (buffers)
 
@@ -93,6 +99,11 @@ def _first_tensor(value):
 
 def _nbytes(t):
     return t.numel() * t.element_size()
+
+
+def _dtype_name(dtype):
+    """A torch dtype as plans name it (torch.float32 -> 'float32', torch.int64 -> 'int64')."""
+    return str(dtype).replace("torch.", "")
 
 
 class Stats:
@@ -196,6 +207,7 @@ class Attachment:
         if unrealized not in ("warn", "error", "ignore"):
             raise ValueError("unrealized: 'warn', 'error' or 'ignore'")
         self.torch = torch
+        self._int64 = torch.int64
         ddp = _ddp_class()
         # DistributedDataParallel: the hooks go on the module it wraps (whose parameter names
         # the plan has); DDP's own forward only adds its bucket rebuild and buffer broadcast.
@@ -242,7 +254,8 @@ class Attachment:
         # deviation, which autograd saved and the adapter matches only by size): the adapter
         # leaves that tensor on the GPU, its discard and recompute unrealized.
         self.kept = {a["tensor"] for a in p.actions if a["kind"] == "recompute"
-                     and p.steps[a["source_step"]]["outputs"][0] != a["tensor"]}
+                     and p.steps[a["source_step"]]["outputs"][0] != a["tensor"]
+                     and p.steps[a["source_step"]]["op"] != "MaxPool"}
         for a in p.actions:
             if a["kind"] == "discard" and a["tensor"] in self.kept:
                 t = p.tensors[a["tensor"]]
@@ -378,6 +391,13 @@ class Attachment:
                 self.identity_tids.add(ins[0])
         if self.input_tensor is not None:
             self.identity_tids.add(self.input_tensor["id"])
+        # Max pooling's int64 indices (plans made with autovm-plan --pool-indices): the only
+        # int64 tensor a max pooling call saves, so matched to the call's indices exactly.
+        self.pool_indices = bool(p.options.get("pool_indices"))
+        self.indices_tids = {p.steps[sid]["outputs"][1] for sid in self.step_call
+                             if p.steps[sid]["op"] == "MaxPool"
+                             and len(p.steps[sid]["outputs"]) > 1}
+        self.identity_tids |= self.indices_tids
 
     @staticmethod
     def _resolve(scope, by_scope):
@@ -418,7 +438,7 @@ class Attachment:
         p = self.plan
         self.groups = []        # {"after_step", "ready_before_step", "actions", "targets"}
         self.regen_groups = {}  # tensor -> [(after_step, group index)]: chains that make it
-        self.step_module = {}   # replayed batch norm and max pooling step -> its module
+        self.step_module = {}   # replayed batch norm, convolution, max pooling step -> module
         by_key = {}
         for a in p.actions:
             if a["kind"] != "recompute" or a["tensor"] in self.kept:
@@ -442,9 +462,9 @@ class Attachment:
                         problems.append(f"the chain before step {a['ready_before_step']} reads "
                                         f"{p.tensors[tid]['name']}, which is no module call's "
                                         "output or argument")
-                if s["op"] in ("BatchNormalization", "MaxPool"):
+                if s["op"] in ("BatchNormalization", "Conv", "MaxPool"):
                     call = self.step_call.get(s["id"])
-                    kind = "BatchNorm" if s["op"] == "BatchNormalization" else "MaxPool"
+                    kind = {"BatchNormalization": "BatchNorm"}.get(s["op"], s["op"])
                     m = self.model.get_submodule(call[0]) if call else None
                     if m is None or not type(m).__name__.startswith(kind):
                         problems.append(f"step {s['id']} ({s['node']}) is not a {kind} module "
@@ -637,9 +657,10 @@ class Attachment:
                     continue
                 for tid in outs:
                     if (tid != main and tid not in step.assigned
-                            and p.tensors[tid]["bytes"] == e.nbytes):
+                            and p.tensors[tid]["bytes"] == e.nbytes
+                            and p.tensors[tid]["dtype"] == _dtype_name(e.dtype)):
                         step.assigned.add(tid)
-                        self._name(step, e, tid)
+                        self._name(step, e, tid, exact=tid in self.indices_tids)
                         break
             step.pending = []
             self._boundary(step, self.last_fwd[call])
@@ -666,7 +687,8 @@ class Attachment:
 
     def _pack(self, t):
         step = self._step
-        if (step is None or id(t) in self._param_ids or not t.is_floating_point()
+        if (step is None or id(t) in self._param_ids
+                or not (t.is_floating_point() or (self.pool_indices and t.dtype == self._int64))
                 or t.numel() == 0 or (t.data_ptr() in self._param_ptrs)):
             return t
         e = step.live.get(id(t))
@@ -808,7 +830,8 @@ class Attachment:
             for a in g["actions"]:
                 s = self.plan.steps[a["source_step"]]
                 out = self._replay(s, [self._chain_input(step, tid, temps, a)
-                                       for tid in self._data_inputs(s)])
+                                       for tid in self._data_inputs(s)],
+                                   indices=a["tensor"] in self.indices_tids)
                 temps[a["tensor"]] = out
                 self.stats.recomputes += 1
                 self.stats.bytes_recomputed += _nbytes(out)
@@ -824,8 +847,9 @@ class Attachment:
             e.gpu, e.version, e.regen = t, t._version, None
 
     def _data_inputs(self, s):
-        """The inputs of a replayed step that are data (batch norm's and max pooling's first
-        only: their parameters and statistics are read from the module)."""
+        """The inputs of a replayed step that are data (the first only of batch norm,
+        convolution and max pooling: their parameters and statistics are read from the
+        module)."""
         ins = s["inputs"]
         return ins[:2] if s["op"] == "Add" else ins[:1]
 
@@ -848,8 +872,9 @@ class Attachment:
                           f"{p.tensors[tid]['name']}, which autograd did not save under that "
                           "name: the plan does not fit this model")
 
-    def _replay(self, s, args):
-        """Step s of the plan run again, functionally (no module hooks fire)."""
+    def _replay(self, s, args, indices=False):
+        """Step s of the plan run again, functionally (no module hooks fire); for max pooling,
+        its indices rather than its output when `indices`."""
         torch = self.torch
         F = torch.nn.functional
         op = s["op"]
@@ -859,7 +884,12 @@ class Attachment:
             return torch.add(args[0], args[1])
         m = self.step_module[s["id"]]
         if op == "MaxPool":
-            return self._max_pool(m, args[0])
+            return self._max_pool(m, args[0], indices)
+        if op == "Conv":
+            # The module's own call (padding mode included) with the same weights: backward
+            # runs before the optimizer changes them. cuDNN runs the algorithm it chose for the
+            # forward, which it keeps per shape, so the bits are the forward's.
+            return m._conv_forward(args[0], m.weight, m.bias)
         # BatchNormalization as the module ran it (torch.nn.modules.batchnorm._BatchNorm):
         # with the batch's statistics when training (or tracking none), on copies of the
         # running statistics, which the forward already updated once; with the running
@@ -871,20 +901,22 @@ class Attachment:
         factor = m.momentum if m.momentum is not None else 0.0
         return F.batch_norm(args[0], rm, rv, m.weight, m.bias, training, factor, m.eps)
 
-    def _max_pool(self, m, x):
-        """Max pooling as module m runs it. On CUDA, PyTorch's max_pool2d makes int64 indices
-        (one per output element) even when nothing keeps them: the batch goes through in
-        slices whose indices take at most _POOL_SLICE_BYTES, so the replay needs little more
-        than its output. A slice's indices are sized by its input's elements (a sample's output
-        has about as many at most: PyTorch allows padding of at most half the kernel), so no
-        pooling runs twice. The maximum is exact, so slices give the same bytes."""
+    def _max_pool(self, m, x, indices=False):
+        """Max pooling as module m runs it: its output, or its int64 indices when `indices`.
+        On CUDA, PyTorch's max_pool2d makes the indices (one per output element) even when
+        nothing keeps them: the batch goes through in slices whose indices take at most
+        _POOL_SLICE_BYTES, so the replay needs little more than the tensor it makes. A slice's
+        indices are sized by its input's elements (a sample's output has about as many at most:
+        PyTorch allows padding of at most half the kernel), so no pooling runs twice. The
+        maximum is exact and indices count within a sample's plane, so slices give the same
+        bytes."""
         torch = self.torch
         F = torch.nn.functional
 
         def pool(t):
-            out = F.max_pool2d(t, m.kernel_size, m.stride, m.padding, m.dilation,
-                               ceil_mode=m.ceil_mode)
-            return out[0] if isinstance(out, tuple) else out
+            out, where = F.max_pool2d(t, m.kernel_size, m.stride, m.padding, m.dilation,
+                                      ceil_mode=m.ceil_mode, return_indices=True)
+            return where if indices else out
         batch = x.shape[0] if x.dim() == 4 else 1
         n = max(1, _POOL_SLICE_BYTES // max(8 * (x.numel() // max(batch, 1)), 1))
         if n >= batch:

@@ -191,8 +191,8 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     kind comes from `optimizer`.
     recompute: False (default): the plan only moves tensors (--no-recompute). True: it may also
     regenerate tensors by replaying the ops the adapter can run again from what autograd saved
-    (adapter.REPLAYABLE_OPS: batch norm, ReLU, max pooling, addition; --recompute-ops), or a
-    list of some of them. Either way training stays bit-identical to plain PyTorch.
+    (adapter.REPLAYABLE_OPS: convolution, batch norm, ReLU, max pooling, addition;
+    --recompute-ops), or a list of some of them. Either way training stays bit-identical to plain PyTorch.
 
     The Plan returned has requested_budget_bytes (the budget asked for) and
     pytorch_margin_bytes (what was taken off it); budget_bytes is what autovm-plan planned for.
@@ -213,6 +213,12 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     args = [exe, onnx_path, "--batch", str(batch), "--optimizer", kind]
     args += _recompute_args(recompute, flags)
     args += ["--memory-model", "pytorch", "--quiet"]
+    if "--pool-indices" in flags:  # max pooling's indices are a saved tensor the adapter moves
+        args += ["--pool-indices"]
+    else:
+        warnings.warn(f"{exe} has no --pool-indices option: max pooling's indices stay on the "
+                      "GPU, which the plan does not count; rebuild autovm-plan",
+                      RuntimeWarning, stacklevel=2)
     if movable is not None:
         kinds = ",".join(movable)
         if "--movable" in flags:

@@ -306,20 +306,22 @@ with open(SLOW_LINK, "w") as f:
     json.dump(_profile, f)
 
 
-def recompute_run(model, x, y, name, fraction, want_ops, missed_ok=False, **kw):
-    """Plans with recompute=True on the slow link, trains 3 steps under the plan and plainly:
-    '' when the plan replays at least want_ops and training is bit-identical with discards and
-    recomputes made, none late (and none missed, unless missed_ok)."""
+def recompute_run(model, x, y, name, fraction, want_ops, missed_ok=False, recompute=True, **kw):
+    """Plans with `recompute` (True: every op the adapter replays) on the slow link, trains 3
+    steps under the plan and plainly: '' when the plan replays at least want_ops and training
+    is bit-identical with discards and recomputes made, none late (and none missed, unless
+    missed_ok)."""
     opt = momentum(model)
-    kw = dict(recompute=True, device=SLOW_LINK, pytorch_margin=False, **kw)
+    allowed = sorted(autovm.adapter.REPLAYABLE_OPS if recompute is True else recompute)
+    kw = dict(recompute=recompute, device=SLOW_LINK, pytorch_margin=False, **kw)
     free = autovm.plan(model, x, opt, **kw)
     low = autovm.plan(model, x, opt, budget="min", **kw)
     budget = int(low.budget_bytes + fraction * (free.peak_bytes - low.budget_bytes))
     p = autovm.plan(model, x, opt, budget=budget, **kw)
     ops = {p.steps[a["source_step"]]["op"] for a in p.actions if a["kind"] == "recompute"}
-    if p.options.get("recompute_ops") != sorted(autovm.adapter.REPLAYABLE_OPS):
+    if p.options.get("recompute_ops") != allowed:
         return f"{name}: options.recompute_ops {p.options.get('recompute_ops')}"
-    if not set(want_ops) <= ops <= set(autovm.adapter.REPLAYABLE_OPS):
+    if not set(want_ops) <= ops <= set(allowed):
         return f"{name}: the plan should replay {want_ops}, and only replayable ops: {ops}"
     diff, st, _ = plain_and_planned(model, x, y, p)
     if diff:
@@ -331,24 +333,75 @@ def recompute_run(model, x, y, name, fraction, want_ops, missed_ok=False, **kw):
     return ""
 
 
-@case("attach(): recompute=True replays batch norm, ReLU, pooling and additions, bit-identical")
+@case("attach(): recompute=True replays convolutions, batch norm, ReLU, pooling and additions, "
+      "bit-identical")
 def _():
     torch.manual_seed(3)
-    why = recompute_run(Tiny().train(), xt, yt, "tiny", 0.3, ["MaxPool"], extra_args=SMALL_WS)
+    why = recompute_run(Tiny().train(), xt, yt, "tiny", 0.3, ["Conv"], extra_args=SMALL_WS)
+    torch.manual_seed(3)
+    why = why or recompute_run(Tiny().train(), xt, yt, "tiny, no Conv", 0.3, ["MaxPool"],
+                               recompute=["Add", "BatchNormalization", "MaxPool", "Relu"],
+                               extra_args=SMALL_WS)
     torch.manual_seed(3)
     xr, yr = batch(2, 64, 5)
-    # At its least budget resnet18's plan regenerates block outputs: Add, BatchNormalization
-    # and Relu chains (2026-11-30).
+    # At its least budget resnet18's plan regenerates convolutions and the stem's max pooling
+    # (2026-11-30); without convolutions, block outputs: Add, BatchNormalization and Relu
+    # chains.
     why = why or recompute_run(torchvision.models.resnet18(num_classes=5).train(), xr, yr,
-                               "resnet18", 0.0, ["Add", "BatchNormalization", "Relu"])
+                               "resnet18", 0.0, ["Conv"])
+    torch.manual_seed(3)
+    why = why or recompute_run(torchvision.models.resnet18(num_classes=5).train(), xr, yr,
+                               "resnet18, no Conv", 0.0, ["Add", "BatchNormalization", "Relu"],
+                               recompute=["Add", "BatchNormalization", "MaxPool", "Relu"])
     # MobileNet-v2: a residual sum is no module's output, but the next block's argument (named
     # by identity in that call's pre hook). Its batch norm outputs are overwritten by in-place
     # ReLU6, whose backward PyTorch runs from the result: the plan's discards of them find no
     # tensor (missed_discards), which changes memory, never numerics.
     torch.manual_seed(3)
     return why or recompute_run(torchvision.models.mobilenet_v2(num_classes=5).train(), xr, yr,
-                                "mobilenet_v2", 0.3, ["Add", "BatchNormalization"],
+                                "mobilenet_v2", 0.3, ["BatchNormalization", "Conv"],
                                 missed_ok=True)
+
+
+@case("max pooling's int64 indices are a saved tensor of the plan: evicted, or discarded and "
+      "regenerated, bit-identical")
+def _():
+    # ResNet-18's stem pools early and its indices live until the end of backward: at its
+    # least budget the plan moves them (2026-11-30), evicted, or discarded when the pooling
+    # may run again.
+    torch.manual_seed(3)
+    model = torchvision.models.resnet18(num_classes=5).train()
+    opt = momentum(model)
+    x, y = batch(2, 64, 5)
+    found = {}
+    for recompute in (False, True):
+        kw = dict(pytorch_margin=False, recompute=recompute and ["MaxPool"])
+        free = autovm.plan(model, x, opt, **kw)
+        low = autovm.plan(model, x, opt, budget="min", **kw)
+        if free.options.get("pool_indices") is not True:
+            return f"autovm.plan() should plan with --pool-indices: {free.options}"
+        idx = [s["outputs"][1] for s in free.steps if s["op"] == "MaxPool"]
+        if len(idx) != 1 or free.tensors[idx[0]]["dtype"] != "int64":
+            return "the plan's max pooling step should have int64 indices as its second output"
+        want = "discard" if recompute else "evict"
+        for f in (0.0, 0.1, 0.2, 0.3, 0.5):  # a budget whose plan moves the indices
+            budget = int(low.budget_bytes + f * (free.peak_bytes - low.budget_bytes))
+            p = autovm.plan(model, x, opt, budget=budget, **kw)
+            if any(a["kind"] == want and a["tensor"] == idx[0] for a in p.actions):
+                found[want] = p
+                break
+        else:
+            return f"no plan at 0-50 % above the least budget {want}s the indices"
+    for want, p in found.items():
+        diff, st, _ = plain_and_planned(model, x, y, p)
+        if diff:
+            return f"{want}: not bit-identical: {diff}"
+        if st.missed_evictions or st.missed_discards or st.late_prefetches or st.late_recomputes:
+            return f"{want}: every action should find its tensor and be in time: {st}"
+        if (st.discards if want == "discard" else st.evictions) == 0:
+            return f"{want}: nothing was {want}ed: {st}"
+        print(f"  {want}: {st}")
+    return ""
 
 
 @case("max pooling replayed in slices of the batch gives the module's bytes")
@@ -366,12 +419,17 @@ def _():
                 autovm.adapter._POOL_SLICE_BYTES = limit
                 if not same(att._max_pool(m, x), m(x)):
                     return f"ceil_mode={ceil}, slice limit {limit} B: other values"
+                want = torch.nn.functional.max_pool2d(x, 3, 2, 1, ceil_mode=ceil,
+                                                      return_indices=True)[1]
+                if not same(att._max_pool(m, x, indices=True), want):
+                    return f"ceil_mode={ceil}, slice limit {limit} B: other indices"
     finally:
         autovm.adapter._POOL_SLICE_BYTES = saved
     return ""
 
 
-@case("a plan recomputing a convolution is refused; recompute= takes replayable ops only")
+@case("a plan recomputing an op the adapter cannot replay is refused; recompute= takes "
+      "replayable ops only")
 def _():
     import subprocess
     onnx_path = os.path.join(tmp, "tiny.onnx")
@@ -389,9 +447,15 @@ def _():
             break
     else:
         return "no budget between the least and 400 KB more makes a plan that recomputes Conv"
-    why = raises(autovm.AutoVMError, lambda: autovm.attach(tiny, momentum(tiny), p),
-                 "recomputes with Conv", "--recompute-ops Add,BatchNormalization,MaxPool,Relu")
-    return why or raises(ValueError, lambda: autovm.plan(tiny, xt, opt0, recompute=["Conv"]),
+    # An adapter that could not replay convolutions refuses the plan, naming the op.
+    saved = autovm.adapter.REPLAYABLE_OPS
+    autovm.adapter.REPLAYABLE_OPS = tuple(op for op in saved if op != "Conv")
+    try:
+        why = raises(autovm.AutoVMError, lambda: autovm.attach(tiny, momentum(tiny), p),
+                     "recomputes with Conv", "--recompute-ops Add,BatchNormalization,MaxPool,Relu")
+    finally:
+        autovm.adapter.REPLAYABLE_OPS = saved
+    return why or raises(ValueError, lambda: autovm.plan(tiny, xt, opt0, recompute=["Gemm"]),
                          "the ops the adapter can replay")
 
 

@@ -31,12 +31,11 @@ import torchvision  # noqa: E402
 import autovm  # noqa: E402
 from adapter_models import batch, compare, train, twins  # noqa: E402
 
-# (model, batch, plan with PyTorch's margin, recompute=True). VGG-11's margin (its max-pool
-# indices, which the adapter never moves, counted over all of backward: python/autovm/README.md)
-# leaves no budget under its peak that the planner can promise: its plan is made on AutoVM's
-# graph, unchecked against the budget. ResNet-50's plan also regenerates tensors (batch norm,
-# ReLU and addition chains replayed by the adapter).
-MODELS = [("resnet18", 32, True, False), ("vgg11", 32, False, False), ("resnet50", 32, True, True)]
+# (model, batch, plan with PyTorch's margin, recompute=True). ResNet-50's plan also
+# regenerates tensors (convolutions, batch norm, ReLU, max pooling and additions replayed by
+# the adapter). Every plan has max pooling's indices as saved tensors (autovm-plan
+# --pool-indices), which the adapter moves too.
+MODELS = [("resnet18", 32, True, False), ("vgg11", 32, True, False), ("resnet50", 32, True, True)]
 RESOLUTION = 224
 BUDGET_FRACTIONS = (0.6, 0.7, 0.8, 0.9, 0.95)
 
