@@ -81,13 +81,37 @@ def resident_bytes(doc):
 SLACK_BYTES = 2 << 20  # the caching allocator rounds a large block up to 2 MiB
 
 
+def unplanned_indices_bytes(doc):
+    """Per step, the bytes of max pooling's int64 indices that a plan made without
+    --pool-indices has no tensor for, and which the adapter therefore left on the GPU from
+    each pooling step to its backward step, both included: one int64 per output element.
+    All zeros for a plan made with --pool-indices (its indices are tensors of the plan)."""
+    steps = doc.get("steps", [])
+    held = [0] * len(steps)
+    if doc.get("options", {}).get("pool_indices"):
+        return held
+    tensors = doc.get("tensors", [])
+    grad_step = {s["node"]: s["id"] for s in steps if s.get("op") == "MaxPoolGrad"}
+    for s in steps:
+        if s.get("op") != "MaxPool" or len(s["outputs"]) != 1 or s["node"] not in grad_step:
+            continue
+        elements = 1
+        for d in tensors[s["outputs"][0]]["shape"]:
+            elements *= d
+        for k in range(s["id"], grad_step[s["node"]] + 1):
+            held[k] += 8 * elements
+    return held
+
+
 def step_reserve(runs, step_count, slack_bytes=SLACK_BYTES):
     """Memory PyTorch held beyond a plan, per step, from the adapter's memory traces
     (Attachment.memory_trace of one training step, each with the plan it ran under):
     runs = [(plan document, trace)]. Between two boundaries of a trace the plan's steps
     (previous pos, pos] ran; PyTorch's peak there less the most the plan keeps resident at any
     of those steps is its extra memory there (what the graph has no tensor for: cuDNN
-    workspaces, pooling indices, rounding, references the Python code still holds). An entry
+    workspaces, rounding, references the Python code still holds; max pooling's indices only
+    under a plan without --pool-indices, and they count as resident then:
+    unplanned_indices_bytes). An entry
     "end", or the -1 of the next training step, covers the steps after the last boundary (the
     optimizer); the first entry's peak, with nothing before it, is not used. Each step gets the
     largest extra over the runs, never below 0, plus slack_bytes (default 2 MiB, one large
@@ -96,7 +120,9 @@ def step_reserve(runs, step_count, slack_bytes=SLACK_BYTES):
     autovm.plan(reserve=...))."""
     reserve = [0] * step_count
     for doc, trace in runs:
-        resident = resident_bytes(doc)
+        # Indices a plan without --pool-indices left on the GPU were PyTorch's, not the plan's:
+        # they count as resident here, so that the reserve is what no plan has a tensor for.
+        resident = [r + i for r, i in zip(resident_bytes(doc), unplanned_indices_bytes(doc))]
         if len(resident) != step_count:
             raise ValueError(f"a plan of {len(resident)} steps for a reserve of {step_count}")
         prev = None  # the last step covered so far (-1: a training step has just started)

@@ -536,6 +536,24 @@ def _():
     r = autovm.step_reserve([(doc, t1), (free, t2)], 4)  # 2 MiB of slack by default
     if r != {"step_bytes": [60 + 2**21, 60 + 2**21, 30 + 2**21, 30 + 2**21]}:
         return f"step_reserve {r}"
+    # A plan made without --pool-indices: max pooling (step 1, output [1, 2, 2, 2]: 8 int64
+    # indices, 64 B) held its indices to its backward (step 2); the reserve leaves them out.
+    pooled = {"steps": [{"id": k, "live_bytes": b, "op": op, "node": node, "outputs": outs}
+                        for k, (b, op, node, outs) in enumerate(
+                            [(100, "Conv", "/c", [0]), (200, "MaxPool", "/pool", [1]),
+                             (300, "MaxPoolGrad", "/pool", [2]), (150, "ConvGrad", "/c", [3])])],
+              "tensors": [{"id": k, "shape": [1, 2, 2, 2], "bytes": 32} for k in range(4)],
+              "actions": []}
+    held = autovm.planfile.unplanned_indices_bytes(pooled)
+    if held != [0, 64, 64, 0]:
+        return f"unplanned_indices_bytes {held}"
+    if autovm.planfile.unplanned_indices_bytes(dict(pooled, options={"pool_indices": True})) != [0] * 4:
+        return "a plan with --pool-indices has no unplanned indices"
+    t3 = [{"pos": -1, "peak": 5}, {"pos": 0, "peak": 110}, {"pos": 2, "peak": 400},
+          {"pos": "end", "peak": 150}]  # 10 over at step 0, 400 - (300 + 64) = 36 at 1-2
+    r = autovm.step_reserve([(pooled, t3)], 4, slack_bytes=0)
+    if r != {"step_bytes": [10, 36, 36, 0]}:
+        return f"step_reserve under a plan without --pool-indices {r}"
     # The tiny model planned without and with a reserve of 1000 B at every step: each step's
     # live bytes grow by exactly 1000 (a workspace of its own, or its convolution's grown).
     p0 = autovm.plan(tiny, xt, opt0, out=os.path.join(tmp, "r0.json"))
