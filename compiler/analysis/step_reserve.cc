@@ -37,6 +37,7 @@ int64_t apply_step_reserve(const std::string& path, TrainingGraph& g) {
   for (size_t i = 0; i < reserve.size(); ++i) {
     if (reserve[i] == 0) continue;
     Step& s = g.steps[i];
+    s.reserve_bytes = reserve[i];
     if (s.workspace == kNoTensor) {
       // Named by the step: optimizer steps share their node and op.
       s.workspace = g.add_tensor(fmt::format("{}/{}/reserve_step{}", s.node, s.op, s.id),

@@ -8,7 +8,9 @@
 // step only, so it becomes part of the step's workspace tensor (a new one,
 // "<node>/<op>/reserve_step<id>", where the step has none). Every pass then counts it as it counts a workspace: in the step's
 // working set, unavoidable there, never moved. Step times are left as they were (the reserve
-// is not memory the step's kernels read or write).
+// is not memory the step's kernels read or write). Step::reserve_bytes records each step's
+// part, which the plan writes as steps[].reserve_bytes, so that a trace of a run under the
+// plan can tell the trainer's memory from the plan's.
 //
 // FILE is JSON: {"step_bytes": [bytes for step 0, step 1, ...]}, one non-negative integer per
 // step of the training step, or {"by_node": {"<node>/<op>": bytes}} for the steps named (the

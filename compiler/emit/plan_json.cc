@@ -186,6 +186,7 @@ void write_plan_json(const Plan& plan, const std::function<void(std::string_view
     w.key("flops").value(s.flops);
     w.key("bytes_touched").value(s.bytes_touched);
     w.key("live_bytes").value(plan.timeline.total[size_t(s.id)]);
+    if (s.reserve_bytes > 0) w.key("reserve_bytes").value(s.reserve_bytes);  // --reserve
     auto at = [](const std::vector<double>& v, StepIndex i) { return size_t(i) < v.size() ? v[size_t(i)] : 0.0; };
     if (!plan.compute_us.empty()) {
       w.key("compute_us").value(at(plan.compute_us, s.id));

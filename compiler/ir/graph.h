@@ -35,6 +35,7 @@ struct Step {
   TensorId workspace = kNoTensor;  // scratch tensor live during this step only
   double flops = 0;                // estimated floating-point operations
   int64_t bytes_touched = 0;       // bytes read and written (inputs + outputs + workspace)
+  int64_t reserve_bytes = 0;       // of the workspace: the trainer's memory (--reserve)
 };
 
 struct TrainingGraph {

@@ -111,7 +111,8 @@ def step_reserve(runs, step_count, slack_bytes=SLACK_BYTES):
     of those steps is its extra memory there (what the graph has no tensor for: cuDNN
     workspaces, rounding, references the Python code still holds; max pooling's indices only
     under a plan without --pool-indices, and they count as resident then:
-    unplanned_indices_bytes). An entry
+    unplanned_indices_bytes; a plan made with a reserve has it in its live bytes, which is
+    taken off: steps[].reserve_bytes). An entry
     "end", or the -1 of the next training step, covers the steps after the last boundary (the
     optimizer); the first entry's peak, with nothing before it, is not used. Each step gets the
     largest extra over the runs, never below 0, plus slack_bytes (default 2 MiB, one large
@@ -120,9 +121,12 @@ def step_reserve(runs, step_count, slack_bytes=SLACK_BYTES):
     autovm.plan(reserve=...))."""
     reserve = [0] * step_count
     for doc, trace in runs:
-        # Indices a plan without --pool-indices left on the GPU were PyTorch's, not the plan's:
-        # they count as resident here, so that the reserve is what no plan has a tensor for.
-        resident = [r + i for r, i in zip(resident_bytes(doc), unplanned_indices_bytes(doc))]
+        # The traced plan's own reserve (steps[].reserve_bytes, part of its live bytes) was
+        # PyTorch's memory, not the plan's tensors; indices a plan without --pool-indices left
+        # on the GPU were PyTorch's too, though the graph has no tensor for them. So the
+        # reserve is what no plan has a tensor for, whatever reserve the traced plan had.
+        resident = [r - int(s.get("reserve_bytes", 0)) + i for r, s, i in
+                    zip(resident_bytes(doc), doc["steps"], unplanned_indices_bytes(doc))]
         if len(resident) != step_count:
             raise ValueError(f"a plan of {len(resident)} steps for a reserve of {step_count}")
         prev = None  # the last step covered so far (-1: a training step has just started)

@@ -69,6 +69,10 @@ TEST_CASE("a reserve per step joins the step's workspace and counts at that step
   CHECK(g.tensor(5).kind == TensorKind::workspace);
   CHECK(g.tensor(5).bytes == 1000);
   CHECK(live_bytes(g) == std::vector<int64_t>{375, 500, 1310});
+  // Each step records its part (steps[].reserve_bytes in the plan).
+  CHECK(g.step(0).reserve_bytes == 25);
+  CHECK(g.step(1).reserve_bytes == 0);
+  CHECK(g.step(2).reserve_bytes == 1000);
   std::filesystem::remove(path);
 }
 

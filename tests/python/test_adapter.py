@@ -536,6 +536,13 @@ def _():
     r = autovm.step_reserve([(doc, t1), (free, t2)], 4)  # 2 MiB of slack by default
     if r != {"step_bytes": [60 + 2**21, 60 + 2**21, 30 + 2**21, 30 + 2**21]}:
         return f"step_reserve {r}"
+    # A traced plan made with a reserve (20 B at step 2, in its live bytes 320): the trace's
+    # peak of 330 is 30 over the plan's tensors at every step, as under the plan without it.
+    reserved = dict(free, steps=[{"live_bytes": 100}, {"live_bytes": 200},
+                                 {"live_bytes": 320, "reserve_bytes": 20}, {"live_bytes": 150}])
+    r = autovm.step_reserve([(reserved, t2)], 4, slack_bytes=0)
+    if r != {"step_bytes": [30, 30, 30, 30]}:
+        return f"step_reserve under a plan with a reserve {r}"
     # A plan made without --pool-indices: max pooling (step 1, output [1, 2, 2, 2]: 8 int64
     # indices, 64 B) held its indices to its backward (step 2); the reserve leaves them out.
     pooled = {"steps": [{"id": k, "live_bytes": b, "op": op, "node": node, "outputs": outs}

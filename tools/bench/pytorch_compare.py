@@ -15,8 +15,10 @@ for each model:
                 --trace-memory)
   autovm_rc_soc, autovm_rc_half, autovm_rc_ckpt
                 the same three budgets, with plans that also regenerate tensors the adapter
-                can replay (autovm.plan(..., recompute=True): batch norm, ReLU, max pooling
-                and additions)
+                can replay (autovm.plan(..., recompute=True): convolutions, batch norm, ReLU,
+                max pooling and additions)
+Every AutoVM plan is made with autovm-plan --pool-indices (what autovm.plan() passes): max
+pooling's int64 indices are tensors of the plan, moved by the adapter like any saved tensor.
 Per configuration: the median step time of 8 steps after 3 warm-up steps (torch.cuda.synchronize
 around each), torch.cuda.max_memory_allocated(), the last loss; for AutoVM also the planner's
 predicted step time and lower bound (statistics.prediction: step_time_us, bound_us) and the
@@ -96,20 +98,22 @@ def make_optimizer(model):
     return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
 
-def reserves_from(trace_path, plans_dir):
+def reserves_from(pairs):
     """{model: autovm.step_reserve of every traced AutoVM run of it}: the memory PyTorch held
-    beyond each plan, per step, measured with --trace-memory under the plans in plans_dir."""
+    beyond each plan, per step, measured with --trace-memory; pairs = [(trace JSON, the
+    directory of the plans it ran)], the reserve being the largest over all of their runs."""
     import autovm
 
-    with open(trace_path) as f:
-        doc = json.load(f)
     runs = {}
-    for r in doc["results"]:
-        if "memory_trace" not in r:
-            continue
-        with open(os.path.join(plans_dir, r["plan"])) as f:
-            plan_doc = json.load(f)
-        runs.setdefault(r["model"], []).append((plan_doc, r["memory_trace"]))
+    for trace_path, plans_dir in pairs:
+        with open(trace_path) as f:
+            doc = json.load(f)
+        for r in doc["results"]:
+            if "memory_trace" not in r:
+                continue
+            with open(os.path.join(plans_dir, r["plan"])) as f:
+                plan_doc = json.load(f)
+            runs.setdefault(r["model"], []).append((plan_doc, r["memory_trace"]))
     return {m: autovm.step_reserve(rs, len(rs[0][0]["steps"])) for m, rs in runs.items()}
 
 
@@ -313,9 +317,11 @@ def main():
     ap.add_argument("--models", default="vgg19,resnet50")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--reserve-from", nargs=2, metavar=("TRACE", "PLANS"),
+                    action="append",
                     help="--make-plans: plan with the memory PyTorch held beyond the plans, per "
                          "step, measured by a --trace-memory run (its JSON) under the plans in "
-                         "PLANS (autovm.step_reserve), instead of the modelled margin")
+                         "PLANS (autovm.step_reserve), instead of the modelled margin; given "
+                         "more than once, the largest over all the runs")
     ap.add_argument("--write-reserves", metavar="DIR",
                     help="with --reserve-from: write each model's reserve to "
                          "DIR/MODEL-reserve.json (for autovm-plan --reserve) and exit")
@@ -336,14 +342,14 @@ def main():
         if not args.reserve_from:
             ap.error("--write-reserves needs --reserve-from")
         os.makedirs(args.write_reserves, exist_ok=True)
-        for model, reserve in reserves_from(*args.reserve_from).items():
+        for model, reserve in reserves_from(args.reserve_from).items():
             path = os.path.join(args.write_reserves, f"{model}-reserve.json")
             with open(path, "w") as f:
                 json.dump(reserve, f)
             print(f"{model}: {len(reserve['step_bytes'])} steps -> {path}")
         return 0
     if args.make_plans:
-        reserves = reserves_from(*args.reserve_from) if args.reserve_from else None
+        reserves = reserves_from(args.reserve_from) if args.reserve_from else None
         make_plans(args.make_plans, names, args.planner, args.lib, reserves)
         return 0
     import torch
