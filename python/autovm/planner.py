@@ -13,8 +13,11 @@ from .errors import OptimizerMismatchError, PlannerError, ToolNotFoundError
 from .planfile import Plan
 from .planfile import pytorch_margin as pytorch_margin_of
 
-# What the adapter moves (saved tensors: activations and the input), in autovm-plan's words.
-MOVABLE = ("activation", "input")
+# What moving frees in PyTorch, in autovm-plan's words: saved activations. The adapter can move
+# the saved input too, but the training script holds the batch through the step (its loop
+# variable), so its eviction frees nothing (a VGG-19 b256 run under a plan evicting it peaked
+# 152 MB over the plan: BENCHMARKS.md, issue 5).
+MOVABLE = ("activation",)
 
 # autovm-plan's exit codes (autovm-plan --help).
 EXIT_CODES = {1: "internal error", 2: "bad usage", 3: "model file missing or unreadable",
@@ -177,7 +180,7 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     out: where the plan JSON goes (default: a temporary file kept for the Plan's life).
     device: an autovm-plan device profile (default: the planner's, h200-pcie).
     movable: the tensor kinds the plan may take off the GPU (autovm-plan --movable): by
-    default what the adapter moves, saved activations and the input; None: every kind.
+    default saved activations, what moving frees (planner.MOVABLE); None: every kind.
     pytorch_margin: plan under the budget less PyTorch's extra memory over AutoVM's training
     graph, as autovm-plan's PyTorch memory model predicts it (README.md, "The budget is
     PyTorch's"); False: hand the budget to autovm-plan as it is.

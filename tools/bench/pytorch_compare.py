@@ -33,7 +33,7 @@ H200 (/work/shared/facts/h200.md): VGG-19 b256 plain 22.3 GB, save_on_cpu 18.4 G
 b256 plain 22.5 GB, save_on_cpu 4.2 GB (GB = 1e9 B); checkpointing's peaks from this script's
 own runs (tools/bench/data/h200/v5: VGG-19 19.22 GB, ResNet-50 12.66 GB). Each budget is what PyTorch may hold:
 autovm.plan() plans under it less PyTorch's modelled extra memory over AutoVM's training graph,
-moving saved activations and the input only (--movable activation,input; the adapter moves
+moving saved activations only (--movable activation; the adapter moves
 nothing else); the manifest records the budget, the planner's budget and the margin, and the
 results compare the measured peak with the budget. (The plans of the first H200 run, made on
 the graph's own budget with every kind movable, are in DIR/v1-graph-budget/.)
@@ -167,7 +167,7 @@ def make_plans(d, names, planner, lib, reserves=None):
                 "planner_budget_bytes": p.budget_bytes,
                 "pytorch_margin_bytes": p.pytorch_margin_bytes,
                 "predicted_pytorch_peak_unplanned_bytes": p.pytorch_memory["peak_allocated_bytes"],
-                "movable": "activation,input", "recompute": kw["recompute"],
+                "movable": ",".join(p.options.get("movable", [])), "recompute": kw["recompute"],
                 "reserve": "measured (--reserve-from)" if "reserve" in kw else None,
                 "predicted_step_time_us": pr.get("step_time_us"), "bound_us": pr.get("bound_us"),
                 "actions": {f"{k[0]} {k[1]}": v for k, v in sorted(p.action_counts().items())}}
