@@ -112,7 +112,8 @@ def step_reserve(runs, step_count, slack_bytes=SLACK_BYTES):
     workspaces, rounding, references the Python code still holds; max pooling's indices only
     under a plan without --pool-indices, and they count as resident then:
     unplanned_indices_bytes; a plan made with a reserve has it in its live bytes, which is
-    taken off: steps[].reserve_bytes). An entry
+    taken off: steps[].reserve_bytes; the input, which the script holds, counts as resident
+    even where the plan evicted it). An entry
     "end", or the -1 of the next training step, covers the steps after the last boundary (the
     optimizer); the first entry's peak, with nothing before it, is not used. Each step gets the
     largest extra over the runs, never below 0, plus slack_bytes (default 2 MiB, one large
@@ -125,8 +126,13 @@ def step_reserve(runs, step_count, slack_bytes=SLACK_BYTES):
         # PyTorch's memory, not the plan's tensors; indices a plan without --pool-indices left
         # on the GPU were PyTorch's too, though the graph has no tensor for them. So the
         # reserve is what no plan has a tensor for, whatever reserve the traced plan had.
+        # And the input: the training script holds the batch through the step, so a traced
+        # plan's eviction of it freed nothing (planner.MOVABLE); it counts as resident.
+        tensors = doc.get("tensors", [])
+        held = dict(doc, actions=[a for a in doc.get("actions", []) if not tensors
+                                  or tensors[a["tensor"]].get("kind") != "input"])
         resident = [r - int(s.get("reserve_bytes", 0)) + i for r, s, i in
-                    zip(resident_bytes(doc), doc["steps"], unplanned_indices_bytes(doc))]
+                    zip(resident_bytes(held), doc["steps"], unplanned_indices_bytes(doc))]
         if len(resident) != step_count:
             raise ValueError(f"a plan of {len(resident)} steps for a reserve of {step_count}")
         prev = None  # the last step covered so far (-1: a training step has just started)

@@ -547,6 +547,13 @@ def _():
     r = autovm.step_reserve([(reserved, t2)], 4, slack_bytes=0)
     if r != {"step_bytes": [30, 30, 30, 30]}:
         return f"step_reserve under a plan with a reserve {r}"
+    # A traced plan that evicted the input (tensor 7 of kind input: off at step 2): the
+    # script held it, so it counts as resident and the reserve is as without the eviction.
+    evicted_input = dict(doc, tensors=[{"kind": "activation"}] * 7 + [{"kind": "input"}])
+    t4 = [dict(e, peak=290) if e["pos"] == 2 else e for e in t1]  # 40 over 250, not over 300
+    r = autovm.step_reserve([(evicted_input, t4)], 4, slack_bytes=0)
+    if r != {"step_bytes": [60, 60, 0, 20]}:
+        return f"step_reserve under a plan that evicted the input {r}"
     # A plan made without --pool-indices: max pooling (step 1, output [1, 2, 2, 2]: 8 int64
     # indices, 64 B) held its indices to its backward (step 2); the reserve leaves them out.
     pooled = {"steps": [{"id": k, "live_bytes": b, "op": op, "node": node, "outputs": outs}
