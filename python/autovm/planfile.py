@@ -103,6 +103,26 @@ def unplanned_indices_bytes(doc):
     return held
 
 
+def script_held_input_bytes(doc):
+    """Per step, the input bytes PyTorch held beyond resident_bytes(doc) because the plan moved
+    the input (autovm-plan --movable input): the training script holds the batch through the
+    step, so the eviction freed nothing (the input stayed from the eviction to the prefetch),
+    and the prefetch made a second copy, held to the input's last use. So from the evict's
+    ready_before_step to the input's last use, both included, one input more than the plan
+    counts. All zeros for a plan that leaves the input alone (what autovm.plan makes)."""
+    steps = doc.get("steps", [])
+    held = [0] * len(steps)
+    tensors = doc.get("tensors", [])
+    last = {l["tensor"]: l["last"] for l in doc.get("lifetimes", [])}
+    for a in doc.get("actions", []):
+        t = a["tensor"]
+        if a["kind"] != "evict" or not tensors or tensors[t].get("kind") != "input":
+            continue
+        for k in range(max(0, a["ready_before_step"]), min(len(steps), last.get(t, -1) + 1)):
+            held[k] += a["bytes"]
+    return held
+
+
 def step_reserve(runs, step_count, slack_bytes=SLACK_BYTES):
     """Memory PyTorch held beyond a plan, per step, from the adapter's memory traces
     (Attachment.memory_trace of one training step, each with the plan it ran under):
@@ -112,8 +132,8 @@ def step_reserve(runs, step_count, slack_bytes=SLACK_BYTES):
     workspaces, rounding, references the Python code still holds; max pooling's indices only
     under a plan without --pool-indices, and they count as resident then:
     unplanned_indices_bytes; a plan made with a reserve has it in its live bytes, which is
-    taken off: steps[].reserve_bytes; the input, which the script holds, counts as resident
-    even where the plan evicted it). An entry
+    taken off: steps[].reserve_bytes; an input the plan moved was held by the script as well:
+    script_held_input_bytes). An entry
     "end", or the -1 of the next training step, covers the steps after the last boundary (the
     optimizer); the first entry's peak, with nothing before it, is not used. Each step gets the
     largest extra over the runs, never below 0, plus slack_bytes (default 2 MiB, one large
@@ -126,13 +146,9 @@ def step_reserve(runs, step_count, slack_bytes=SLACK_BYTES):
         # PyTorch's memory, not the plan's tensors; indices a plan without --pool-indices left
         # on the GPU were PyTorch's too, though the graph has no tensor for them. So the
         # reserve is what no plan has a tensor for, whatever reserve the traced plan had.
-        # And the input: the training script holds the batch through the step, so a traced
-        # plan's eviction of it freed nothing (planner.MOVABLE); it counts as resident.
-        tensors = doc.get("tensors", [])
-        held = dict(doc, actions=[a for a in doc.get("actions", []) if not tensors
-                                  or tensors[a["tensor"]].get("kind") != "input"])
-        resident = [r - int(s.get("reserve_bytes", 0)) + i for r, s, i in
-                    zip(resident_bytes(held), doc["steps"], unplanned_indices_bytes(doc))]
+        resident = [r - int(s.get("reserve_bytes", 0)) + i + h for r, s, i, h in
+                    zip(resident_bytes(doc), doc["steps"], unplanned_indices_bytes(doc),
+                        script_held_input_bytes(doc))]
         if len(resident) != step_count:
             raise ValueError(f"a plan of {len(resident)} steps for a reserve of {step_count}")
         prev = None  # the last step covered so far (-1: a training step has just started)

@@ -547,12 +547,17 @@ def _():
     r = autovm.step_reserve([(reserved, t2)], 4, slack_bytes=0)
     if r != {"step_bytes": [30, 30, 30, 30]}:
         return f"step_reserve under a plan with a reserve {r}"
-    # A traced plan that evicted the input (tensor 7 of kind input: off at step 2): the
-    # script held it, so it counts as resident and the reserve is as without the eviction.
-    evicted_input = dict(doc, tensors=[{"kind": "activation"}] * 7 + [{"kind": "input"}])
-    t4 = [dict(e, peak=290) if e["pos"] == 2 else e for e in t1]  # 40 over 250, not over 300
+    # A traced plan that evicted the input (tensor 7 of kind input, 50 B, last used at step
+    # 3: off at step 2, prefetched after it): the script held it at step 2, and the prefetch
+    # made a second copy for step 3, so PyTorch held 300 and 200 B of the plan's tensors at
+    # steps 2 and 3, and the reserve there is 0 and 0 (peaks 290 and 170 at pos 2 and end).
+    evicted_input = dict(doc, tensors=[{"kind": "activation"}] * 7 + [{"kind": "input"}],
+                         lifetimes=[{"tensor": 7, "first": 0, "last": 3, "persistent": False}])
+    if autovm.planfile.script_held_input_bytes(evicted_input) != [0, 0, 50, 50]:
+        return f"script_held_input_bytes {autovm.planfile.script_held_input_bytes(evicted_input)}"
+    t4 = [dict(e, peak=290) if e["pos"] == 2 else e for e in t1]
     r = autovm.step_reserve([(evicted_input, t4)], 4, slack_bytes=0)
-    if r != {"step_bytes": [60, 60, 0, 20]}:
+    if r != {"step_bytes": [60, 60, 0, 0]}:
         return f"step_reserve under a plan that evicted the input {r}"
     # A plan made without --pool-indices: max pooling (step 1, output [1, 2, 2, 2]: 8 int64
     # indices, 64 B) held its indices to its backward (step 2); the reserve leaves them out.
