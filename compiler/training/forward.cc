@@ -138,21 +138,18 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
       };
       rec.outputs = {y, saved(1, "/saved_mean"), saved(2, "/saved_inv_std")};
       step_outputs = rec.outputs;
-    } else if (n.op == "MaxPool" && o.pool_indices && !n.outputs.empty() && n.outputs[0] >= 0) {
+    } else if (n.op == "Dropout" ||
+               (n.op == "MaxPool" && o.pool_indices && !n.outputs.empty() && n.outputs[0] >= 0)) {
+      // [Y, a second output of Y's shape that backward reads]: dropout's mask, or max
+      // pooling's indices; the model's own when it has one.
+      bool pool = n.op == "MaxPool";
       TensorId y = new_output(n.outputs[0], any_grad);
-      TensorId indices = n.outputs.size() > 1 && n.outputs[1] >= 0
-                             ? new_output(n.outputs[1], false)
-                             : add(n.name + "/indices", TensorKind::activation, DType::i64,
-                                   Shape(g.tensor(y).shape), false);
-      rec.outputs = {y, indices};
-      step_outputs = rec.outputs;
-    } else if (n.op == "Dropout") {
-      TensorId y = new_output(n.outputs[0], any_grad);
-      TensorId mask = n.outputs.size() > 1 && n.outputs[1] >= 0
-                          ? new_output(n.outputs[1], false)
-                          : add(n.name + "/mask", TensorKind::activation, DType::boolean,
-                                Shape(g.tensor(y).shape), false);
-      rec.outputs = {y, mask};
+      TensorId second = n.outputs.size() > 1 && n.outputs[1] >= 0
+                            ? new_output(n.outputs[1], false)
+                            : add(n.name + (pool ? "/indices" : "/mask"), TensorKind::activation,
+                                  pool ? DType::i64 : DType::boolean, Shape(g.tensor(y).shape),
+                                  false);
+      rec.outputs = {y, second};
       step_outputs = rec.outputs;
     } else {
       for (int v : n.outputs) {
