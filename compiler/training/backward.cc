@@ -50,11 +50,10 @@ std::vector<TensorId> append_backward(const model::Model& m, const ForwardPass& 
       if (!all && it == rule.differentiable.end()) continue;
       targets.push_back(t);
       if (all) continue;
-      std::vector<Ref> needs = rule.needs[static_cast<size_t>(it - rule.differentiable.begin())];
-      // Max pooling with an Indices output finds the maxima through them, not its output.
-      if (rule.op == "MaxPool" && rec->outputs.size() > 1 && rec->outputs[1] != kNoTensor)
-        needs = {Ref{false, 0}, Ref{true, 1}};
-      for (const Ref& r : needs) {
+      bool second = !rule.needs_with_second_output.empty() && rec->outputs.size() > 1 &&
+                    rec->outputs[1] != kNoTensor;
+      const auto& needs = second ? rule.needs_with_second_output : rule.needs;
+      for (const Ref& r : needs[static_cast<size_t>(it - rule.differentiable.begin())]) {
         const auto& side = r.output ? rec->outputs : rec->inputs;
         if (r.index < static_cast<int>(side.size())) use(side[static_cast<size_t>(r.index)]);
       }

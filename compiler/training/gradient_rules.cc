@@ -34,9 +34,8 @@ std::vector<GradientRule> make_rules() {
       {"Div", C::compute, 2, {0, 1}, {{in(1)}, {in(0), in(1)}}, 2},
       {"Pow", C::compute, 2, {0, 1}, {{in(0), in(1)}, {in(0), out(0)}}, 2},
       // Max pooling keeps its input and output (the output locates the maxima); with an
-      // Indices output (TrainingOptions::pool_indices) its input and the indices instead
-      // (backward.cc).
-      {"MaxPool", C::compute, 1, {0}, {{in(0), out(0)}}, 1},
+      // Indices output (TrainingOptions::pool_indices) its input and the indices instead.
+      {"MaxPool", C::compute, 1, {0}, {{in(0), out(0)}}, 1, {{in(0), out(1)}}},
       {"AveragePool", C::compute, 1, {0}, {{}}, 1},
       {"GlobalAveragePool", C::compute, 1, {0}, {{}}, 1},
       {"ReduceMean", C::compute, 1, {0}, {{}}, 1},

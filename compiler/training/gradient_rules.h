@@ -40,6 +40,8 @@ struct GradientRule {
   // needs[k]: forward tensors needed to compute the gradient of input differentiable[k].
   std::vector<std::vector<Ref>> needs;
   double backward_flops_factor = 1;   // backward FLOPs as a multiple of forward FLOPs
+  // needs, for a step that has its optional second output (MaxPool's Indices); empty: the same.
+  std::vector<std::vector<Ref>> needs_with_second_output = {};
 };
 
 // The rule for an ONNX op type, or nullptr when there is none.

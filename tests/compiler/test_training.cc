@@ -377,6 +377,8 @@ TEST_CASE("every rule's needs refer to its differentiable inputs") {
     CAPTURE(r.op);
     if (r.op_class != training::OpClass::compute || r.data_inputs < 0) continue;
     CHECK(r.needs.size() == r.differentiable.size());
+    CHECK((r.needs_with_second_output.empty() ||
+           r.needs_with_second_output.size() == r.differentiable.size()));
     for (int i : r.differentiable) CHECK(i < r.data_inputs);
   }
 }
