@@ -18,7 +18,7 @@ from .adapter import Attachment, Stats, attach, onnx_scope
 from .errors import (AutoVMError, BatchMismatchError, HookOrderError, LibraryError,
                      ModelMismatchError, OptimizerMismatchError, PlanFitError, PlannerError,
                      ToolNotFoundError)
-from .planfile import Plan, load_plan, resident_bytes, step_reserve
+from .planfile import Plan, load_plan, resident_bytes, step_reserve, step_times
 from .planner import export_onnx, optimizer_kind, plan
 
 __all__ = ["plan", "load_plan", "attach", "Plan", "Attachment", "Stats", "export_onnx",

@@ -38,6 +38,7 @@ them) are a saved tensor of the plan like any other: evicted, prefetched, discar
 regenerated (max pooling replayed for its indices).
 """
 import re
+import time
 import warnings
 import weakref
 
@@ -223,6 +224,13 @@ class Attachment:
         # at every boundary (so max_memory_allocated() then covers one interval), and costs a
         # few microseconds per boundary: for measurements of where memory goes, not for timing.
         self.memory_trace = None
+        # None, or a list each plan boundary appends to (set it to [] to start): a dict with
+        # the training step, the plan position ("pos", as in memory_trace; the optimizer adds
+        # the step before its first and its last) and a mark of when everything issued before
+        # it had run (a CUDA event on the current stream; on the CPU, time.perf_counter_ns()).
+        # A profile run under a plan without actions: time_rows() reads the marks and
+        # measured_step_times() turns them into autovm-plan --step-times.
+        self.time_trace = None
         self.stats = Stats()
         self.unrealized = []
         self._hooks = []
@@ -235,6 +243,8 @@ class Attachment:
         self._map_model()
         self._check_optimizer()
         self._schedule()
+        opt_steps = [st["id"] for st in self.plan.steps if st["phase"] == "optimizer"]
+        self.first_optimizer_step = min(opt_steps) if opt_steps else len(self.plan.steps)
         if warning:
             warnings.warn(warning, RuntimeWarning, stacklevel=3)
 
@@ -497,9 +507,30 @@ class Attachment:
             if name in self._planned_modules:
                 self._hooks.append(m.register_forward_pre_hook(self._make_pre(name)))
                 self._hooks.append(m.register_forward_hook(self._make_post(name)))
+        self._hook_optimizer()
         self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._ctx.__enter__()
         return self
+
+    def _hook_optimizer(self):
+        """Marks for time_trace around the optimizer's step: its pre and post hooks (torch >=
+        2.0), else a wrapper of this optimizer's step, removed by close()."""
+        opt = self.optimizer
+        if hasattr(opt, "register_step_pre_hook"):
+            self._hooks.append(opt.register_step_pre_hook(lambda *a: self._optimizer_mark(False)))
+            self._hooks.append(opt.register_step_post_hook(lambda *a: self._optimizer_mark(True)))
+            return
+        own = opt.__dict__.get("step")
+        inner = opt.step
+
+        def step(*args, **kwargs):
+            self._optimizer_mark(False)
+            result = inner(*args, **kwargs)
+            self._optimizer_mark(True)
+            return result
+        opt.step = step
+        self._unwrap_optimizer = lambda: (setattr(opt, "step", own) if own is not None
+                                          else opt.__dict__.pop("step", None))
 
     def __exit__(self, *exc):
         self.close()
@@ -512,6 +543,9 @@ class Attachment:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        unwrap, self._unwrap_optimizer = getattr(self, "_unwrap_optimizer", None), None
+        if unwrap is not None:
+            unwrap()
         self._step = None
 
     def reset_stats(self):
@@ -559,6 +593,7 @@ class Attachment:
         self._step = step
         self.stats.training_steps += 1
         self._trace(-1)
+        self._time(self._steps, -1)
 
     def _trace(self, pos):
         if self.memory_trace is None:
@@ -570,6 +605,47 @@ class Attachment:
                                   "allocated": torch.cuda.memory_allocated(),
                                   "peak": torch.cuda.max_memory_allocated()})
         torch.cuda.reset_peak_memory_stats()
+
+    def _time(self, training_step, pos):
+        if self.time_trace is None:
+            return
+        torch = self.torch
+        if torch.cuda.is_available() and torch.cuda.is_initialized() and self._on_cuda():
+            mark = torch.cuda.Event(enable_timing=True)
+            mark.record()
+        else:
+            mark = time.perf_counter_ns()
+        self.time_trace.append({"step": training_step, "pos": pos, "mark": mark})
+
+    def _on_cuda(self):
+        q = next(self.model.parameters(), None)
+        return q is not None and q.is_cuda
+
+    def _optimizer_mark(self, done):
+        """The optimizer's step starts after the training step's backward and ends the step."""
+        last = len(self.plan.steps) - 1
+        self._time(self._steps, last if done else self.first_optimizer_step - 1)
+
+    def time_rows(self):
+        """time_trace with each mark read: [{"step", "pos", "us"}], us from an arbitrary origin
+        (waits for the GPU to reach the last mark). JSON-ready, for planfile.step_times."""
+        trace = self.time_trace or []
+        events = [e["mark"] for e in trace if not isinstance(e["mark"], int)]
+        if events:
+            events[-1].synchronize()
+        rows = []
+        for e in trace:
+            mark = e["mark"]
+            us = mark / 1e3 if isinstance(mark, int) else events[0].elapsed_time(mark) * 1e3
+            rows.append({"step": e["step"], "pos": e["pos"], "us": us})
+        return rows
+
+    def measured_step_times(self, skip=1):
+        """Each plan step's compute time in microseconds, measured by time_trace (the median
+        over its training steps after the first `skip`): {"step_us": [...]} for autovm-plan
+        --step-times (autovm.plan(..., step_times=...)). planfile.step_times says how."""
+        from .planfile import step_times
+        return step_times(self.plan.steps, self.time_rows(), skip=skip)
 
     def _root_post(self, module, args, output):
         step = self._step
@@ -733,6 +809,7 @@ class Attachment:
             return
         step.pos = pos
         self._trace(pos)
+        self._time(step.index, pos)
         step.ev_i = self._issue(self.evicts, step.ev_i, pos, step.due)
         still = []
         for a in step.due:

@@ -2,6 +2,7 @@
 expose (options, tensor shapes, statistics.prediction), read from the same JSON file."""
 import json
 import os
+import statistics
 
 from . import _lib
 from .errors import LibraryError
@@ -165,6 +166,55 @@ def step_reserve(runs, step_count, slack_bytes=SLACK_BYTES):
             elif prev is None or hi > prev:
                 prev = hi
     return {"step_bytes": [r + slack_bytes for r in reserve]}
+
+
+def step_times(steps, rows, skip=1):
+    """Each plan step's compute time from a profile run's marks (Attachment.time_rows(): dicts
+    with the training step, the plan position "pos" and "us"), as autovm-plan --step-times
+    reads them: {"step_us": [...]}, one per plan step.
+
+    Each training step's marks must start at pos -1 (the forward's start) and end at the last
+    plan step (the optimizer's end): one forward, backward and optimizer step per training
+    step. Between two marks the plan steps (previous pos, pos] ran; their time is shared among
+    them in proportion to the plan's own compute_us (evenly when those are all 0). Time before
+    a mark that issued nothing new (its pos not past the previous one) goes to the steps of the
+    next mark that does. Each step's time is the median over the training steps after the
+    first `skip` (warm-up: cuDNN's algorithm search, the caching allocator's first blocks)."""
+    n = len(steps)
+    weights = [max(0.0, float(s.get("compute_us", 0) or 0)) for s in steps]
+    runs = {}
+    for r in rows:
+        runs.setdefault(r["step"], []).append(r)
+    timed = []
+    for i, (training_step, marks) in enumerate(runs.items()):
+        if i < skip:
+            continue
+        first, last = marks[0]["pos"], marks[-1]["pos"]
+        if first != -1 or last != n - 1:
+            raise ValueError(
+                f"training step {training_step}: its marks run from plan position {first} to "
+                f"{last}, not from -1 to {n - 1} (the plan's last step): time one forward, "
+                "backward and optimizer step per training step, under the plan these rows "
+                "were recorded with")
+        t = [0.0] * n
+        prev_pos, prev_us, carry = -1, float(marks[0]["us"]), 0.0
+        for m in marks[1:]:
+            pos, us = int(m["pos"]), float(m["us"])
+            dt, prev_us = carry + max(0.0, us - prev_us), us
+            if pos <= prev_pos:
+                carry = dt
+                continue
+            carry = 0.0
+            ks = range(prev_pos + 1, pos + 1)
+            w = sum(weights[k] for k in ks)
+            for k in ks:
+                t[k] = dt * (weights[k] / w if w > 0 else 1.0 / len(ks))
+            prev_pos = pos
+        timed.append(t)
+    if not timed:
+        raise ValueError(f"no training step timed after the first {skip} (warm-up): time more "
+                         "steps")
+    return {"step_us": [statistics.median(col) for col in zip(*timed)]}
 
 
 class Plan:

@@ -172,7 +172,7 @@ def _run(args):
 def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
          planner=None, lib=None, opset=17, extra_args=(), keep_onnx=None, movable=MOVABLE,
          pytorch_margin=True, data_parallel=False, bucket_mb=None, reserve=None,
-         recompute=False):
+         recompute=False, step_times=None):
     """Exports `model`, plans its training step with autovm-plan and loads the plan.
 
     budget: '8GB', '7.5GiB', a number of bytes, 'min', or None (no limit): what PyTorch may
@@ -196,6 +196,11 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     regenerate tensors by replaying the ops the adapter can run again from what autograd saved
     (adapter.REPLAYABLE_OPS: convolution, batch norm, ReLU, max pooling, addition;
     --recompute-ops), or a list of some of them. Either way training stays bit-identical to plain PyTorch.
+    step_times: each step's compute time measured by a profile run (a dict {"step_us": [...]}
+    from Attachment.measured_step_times() under a plan of this model, batch and optimizer
+    without a budget, or a JSON file's path): they replace the cost model's estimates
+    (autovm-plan --step-times), so the plan's prediction, and its bound, are in this GPU's and
+    this PyTorch's time.
 
     The Plan returned has requested_budget_bytes (the budget asked for) and
     pytorch_margin_bytes (what was taken off it); budget_bytes is what autovm-plan planned for.
@@ -250,6 +255,13 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
                 json.dump(reserve, f)
         args += ["--reserve", os.fspath(path)]
         pytorch_margin = False
+    if step_times is not None:
+        path = step_times
+        if not isinstance(step_times, (str, os.PathLike)):
+            path = os.path.join(tmp, "step-times.json")
+            with open(path, "w") as f:
+                json.dump(step_times, f)
+        args += ["--step-times", os.fspath(path)]
     args += list(extra_args)
     b = format_budget(budget)
     requested, margin = None, 0

@@ -594,6 +594,77 @@ def _():
                   "reserve file", f"has 1 entries but the training step has {n} steps")
 
 
+@case("step_times from hand-made marks: shared by the plan's estimates, carried, median")
+def _():
+    # Five plan steps estimated 10, 30, 0, 20, 20 us. Training step 1 (skipped, warm-up):
+    # anything. Step 2: marks at -1 (t=100), 1 (t=180: steps 0-1 took 80, shared 10:30 -> 20,
+    # 60), 1 again (t=190: nothing new issued, its 10 us carried), 2 (t=200: step 2 gets 20,
+    # the only step, estimate 0), 4 (t=240: steps 3-4 share 40 as 20:20). Step 3: -1 (0),
+    # 4 (t=100: all five share 100 as 10:30:0:20:20). Medians of two: (20+12.5), (60+37.5)...
+    steps = [{"compute_us": u} for u in (10, 30, 0, 20, 20)]
+    rows = [{"step": 1, "pos": -1, "us": 0}, {"step": 1, "pos": 4, "us": 1e6},
+            {"step": 2, "pos": -1, "us": 100}, {"step": 2, "pos": 1, "us": 180},
+            {"step": 2, "pos": 1, "us": 190}, {"step": 2, "pos": 2, "us": 200},
+            {"step": 2, "pos": 4, "us": 240},
+            {"step": 3, "pos": -1, "us": 0}, {"step": 3, "pos": 4, "us": 100}]
+    got = autovm.step_times(steps, rows)["step_us"]
+    want = [(20 + 12.5) / 2, (60 + 37.5) / 2, (20 + 0) / 2, (20 + 25) / 2, (20 + 25) / 2]
+    if any(abs(a - b) > 1e-9 for a, b in zip(got, want)) or len(got) != 5:
+        return f"step_us {got}, want {want}"
+    if autovm.step_times(steps, rows, skip=2)["step_us"] != [12.5, 37.5, 0, 25, 25]:
+        return f"skip=2: {autovm.step_times(steps, rows, skip=2)}"
+    why = raises(ValueError, lambda: autovm.step_times(steps, rows[:-1], skip=2),
+                 "training step 3", "from -1 to 4")
+    return why or raises(ValueError, lambda: autovm.step_times(steps, rows, skip=3),
+                         "no training step timed after the first 3")
+
+
+class SlowConv(torch.nn.Conv2d):
+    """A convolution that takes 40 ms longer in forward (on the CPU's clock)."""
+
+    def forward(self, x):
+        import time
+        time.sleep(0.04)
+        return super().forward(x)
+
+
+@case("a profile run: measured_step_times puts a slow module's time on its plan steps; "
+      "plan(step_times=...) predicts with it")
+def _():
+    torch.manual_seed(0)
+    m = Tiny().train()
+    m.conv2 = SlowConv(8, 8, 3, padding=1)
+    opt = momentum(m)
+    free = autovm.plan(m, xt, opt, out=os.path.join(tmp, "timed-free.json"))
+    with autovm.attach(m, opt, free) as run:
+        run.time_trace = []
+        train(m, opt, xt, yt, steps=5)
+        times = run.measured_step_times(skip=1)  # the median of 4 steps
+    if opt.__dict__.get("step") is not None and not hasattr(opt, "register_step_pre_hook"):
+        return "close() left the optimizer's step wrapped"
+    us = times["step_us"]
+    if len(us) != len(free.steps):
+        return f"{len(us)} times for {len(free.steps)} steps"
+    slow = [s["id"] for s in free.steps if s["phase"] == "forward"
+            and s["node"].startswith("/conv2/")]
+    if not slow:
+        return "no forward step of conv2 in the plan"
+    slow_us = sum(us[k] for k in slow)
+    rest = max(u for k, u in enumerate(us) if k not in slow)
+    if not 40e3 <= slow_us < 400e3 or rest >= slow_us / 2:  # a shared machine is noisy
+        return (f"conv2's forward {slow_us:.0f} us (want 40 ms or more), the largest other "
+                f"{rest:.0f} us (want under half of it)")
+    timed = autovm.plan(m, xt, opt, step_times=times, out=os.path.join(tmp, "timed.json"))
+    got = [s["compute_us"] for s in timed.steps]
+    if any(abs(a - b) > 1e-3 * max(1.0, b) for a, b in zip(got, us)):
+        return "the plan's compute_us are not the measured times"
+    pred = timed.prediction.get("step_time_us", 0)
+    if abs(pred - sum(us)) > 1e-3 * sum(us):
+        return f"predicted {pred:.0f} us, the measured steps sum to {sum(us):.0f}"
+    print(f"  conv2 forward {slow_us / 1e3:.1f} ms of {sum(us) / 1e3:.1f} ms measured")
+    return ""
+
+
 failed = results.count(False)
 print(f"{len(results) - failed} passed, {failed} failed")
 sys.exit(1 if failed or not results else 0)

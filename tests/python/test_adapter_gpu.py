@@ -7,7 +7,9 @@ plain training (losses, weights, batch norm statistics; cuDNN in deterministic m
 checked against itself first), the evictions really made (bytes moved > 0, every one back ahead
 of its use), the peak torch.cuda.max_memory_allocated() of the steps (above what was allocated
 before them) lower than plain training's; the whole peak against the budget asked for is
-printed (a memory target: BENCHMARKS.md, not a test).
+printed (a memory target: BENCHMARKS.md, not a test). Then a profile run of ResNet-18 at batch
+32 under a plan without a budget (Attachment.time_trace, measured_step_times): the plan
+steps' times from CUDA events add up to the training step's wall-clock time (80-102 %).
 
 usage:
   test_adapter_gpu.py --lib LIBAUTOVM [--planner AUTOVM_PLAN | --plans-dir DIR]
@@ -38,6 +40,7 @@ from adapter_models import batch, compare, train, twins  # noqa: E402
 MODELS = [("resnet18", 32, True, False), ("vgg11", 32, True, False), ("resnet50", 32, True, True)]
 RESOLUTION = 224
 BUDGET_FRACTIONS = (0.6, 0.7, 0.8, 0.9, 0.95)
+TIMED, TIMED_BATCH = "resnet18", 32  # the profile run (measured_step_times)
 
 
 def build(name):
@@ -82,8 +85,55 @@ def make_plans(d, planner, lib):
         budgets[plan_file("", name, n, recompute)] = budget if margin else None
         print(f"{name} batch {n}: PyTorch's modelled peak {peak} B, budget {budget} B -> {p.path}",
               flush=True)
+    m = build(TIMED)
+    x, _ = batch(TIMED_BATCH, RESOLUTION, 1000)
+    p = autovm.plan(m, x, momentum(m), out=free_plan_file(d), planner=planner, lib=lib)
+    print(f"{TIMED} batch {TIMED_BATCH}: no budget -> {p.path}", flush=True)
     with open(budgets_file(d), "w") as f:
         json.dump(budgets, f, indent=1, sort_keys=True)
+
+
+def free_plan_file(d):
+    return os.path.join(d, f"{TIMED}-b{TIMED_BATCH}-gpu-test-free.json")
+
+
+def check_profile(plan):
+    """A profile run (Attachment.time_trace under a plan without a budget): each plan step's
+    time from CUDA events, which together make up the step as the wall clock measures it."""
+    import statistics
+    import time
+
+    import torch.nn.functional as F
+
+    dev = torch.device("cuda")
+    model = build(TIMED).to(dev)
+    opt = momentum(model)
+    x, y = batch(TIMED_BATCH, RESOLUTION, 1000, device=dev)
+    walls = []
+    with autovm.attach(model, opt, plan, unrealized="ignore") as run:
+        run.time_trace = []
+        for _ in range(6):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            torch.cuda.synchronize()
+            walls.append((time.perf_counter() - t0) * 1e6)
+        times = run.measured_step_times(skip=2)["step_us"]
+    wall = statistics.median(walls[2:])
+    total = sum(times)
+    conv = sum(t for t, s in zip(times, plan.steps) if s["op"] == "Conv")
+    print(f"  {TIMED} b{TIMED_BATCH}: {len(times)} steps timed, {total / 1e3:.2f} ms in all "
+          f"(forward convolutions {conv / 1e3:.2f} ms), wall clock {wall / 1e3:.2f} ms; the plan "
+          f"estimated {sum(s['compute_us'] for s in plan.steps) / 1e3:.2f} ms", flush=True)
+    if len(times) != len(plan.steps) or min(times) < 0:
+        return f"{len(times)} times for {len(plan.steps)} steps, least {min(times)}"
+    if not 0.8 * wall <= total <= 1.02 * wall:
+        return f"the steps' times add up to {total:.0f} us, the wall clock says {wall:.0f} us"
+    if conv <= 0:
+        return "no time on the forward convolutions"
+    return ""
 
 
 def run_steps(model, opt, x, y, plan=None):
@@ -172,6 +222,13 @@ def main():
         print(f"{'PASS' if not why else 'FAIL'} {name} batch {n} under {plan.path}"
               + (f": {why}" if why else ""), flush=True)
         torch.cuda.empty_cache()
+    try:
+        why = check_profile(autovm.load_plan(free_plan_file(d), lib=args.lib))
+    except Exception as e:
+        why = f"{type(e).__name__}: {e}"
+    results.append(not why)
+    print(f"{'PASS' if not why else 'FAIL'} a profile run of {TIMED} batch {TIMED_BATCH}"
+          + (f": {why}" if why else ""), flush=True)
     failed = results.count(False)
     print(f"{len(results) - failed} passed, {failed} failed")
     return 1 if failed else 0

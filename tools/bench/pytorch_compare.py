@@ -25,7 +25,12 @@ predicted step time and lower bound (statistics.prediction: step_time_us, bound_
 adapter's stats (bytes moved, late prefetches). One JSON to --out and a printed table.
 With --trace-memory, each AutoVM configuration runs one more step after those, recording at
 every plan boundary torch.cuda.memory_allocated() and the peak since the previous boundary
-(Attachment.memory_trace) into the result's "memory_trace".
+(Attachment.memory_trace) into the result's "memory_trace". With --trace-time, each AutoVM
+configuration runs --steps more steps with a CUDA event at every plan boundary
+(Attachment.time_trace) into "time_rows"; those of autovm_free (no budget, no actions: plain
+PyTorch seen through the adapter's boundaries) are the profile run that --make-plans
+--step-times-from turns into each step's measured time (autovm.step_times) for autovm-plan
+--step-times.
 
 autovm-plan does not run on the GPU machine (no Debian libraries there), so plans are made
 beforehand, here, with --make-plans (CPU, Debian's torch 1.13), from the peaks measured on the
@@ -117,7 +122,7 @@ def reserves_from(pairs):
     return {m: autovm.step_reserve(rs, len(rs[0][0]["steps"])) for m, rs in runs.items()}
 
 
-def make_plans(d, names, planner, lib, reserves=None):
+def make_plans(d, names, planner, lib, reserves=None, step_times=None):
     import torch
 
     import autovm
@@ -139,6 +144,8 @@ def make_plans(d, names, planner, lib, reserves=None):
             kw = dict(planner=planner, lib=lib, recompute=label.startswith("autovm_rc_"))
             if reserves and name in reserves:
                 kw["reserve"] = reserves[name]
+            if step_times and name in step_times:
+                kw["step_times"] = step_times[name]
             try:
                 p = autovm.plan(model, example, make_optimizer(model), budget=budget, out=out,
                                 keep_onnx=onnx_path if not os.path.exists(onnx_path) else None,
@@ -169,6 +176,7 @@ def make_plans(d, names, planner, lib, reserves=None):
                 "predicted_pytorch_peak_unplanned_bytes": p.pytorch_memory["peak_allocated_bytes"],
                 "movable": ",".join(p.options.get("movable", [])), "recompute": kw["recompute"],
                 "reserve": "measured (--reserve-from)" if "reserve" in kw else None,
+                "step_times": "measured (--step-times-from)" if "step_times" in kw else None,
                 "predicted_step_time_us": pr.get("step_time_us"), "bound_us": pr.get("bound_us"),
                 "actions": {f"{k[0]} {k[1]}": v for k, v in sorted(p.action_counts().items())}}
             print(f"{name} {label}: budget {budget / 1e9:.2f} GB (planned under "
@@ -209,7 +217,28 @@ def forward_fn(name, model, config):
     return fwd
 
 
-def run_config(name, config, plan_dir, lib, warmup, steps, trace_memory=False):
+def step_times_from(trace_path, plans_dir):
+    """{model: {"step_us": [...]}}: each plan step's time measured by a --trace-time run (its
+    JSON) of the autovm_free configuration, whose plan (no budget) is in plans_dir."""
+    import autovm
+
+    with open(trace_path) as f:
+        doc = json.load(f)
+    out = {}
+    for r in doc["results"]:
+        if r.get("config") != "autovm_free" or "time_rows" not in r:
+            continue
+        with open(os.path.join(plans_dir, r["plan"])) as f:
+            plan_doc = json.load(f)
+        out[r["model"]] = autovm.step_times(plan_doc["steps"], r["time_rows"], skip=0)
+    if not out:
+        raise SystemExit(f"{trace_path}: no autovm_free result with time_rows (run it with "
+                         "--configs autovm_free --trace-time)")
+    return out
+
+
+def run_config(name, config, plan_dir, lib, warmup, steps, trace_memory=False,
+               trace_time=False):
     import contextlib
 
     import torch
@@ -275,6 +304,16 @@ def run_config(name, config, plan_dir, lib, warmup, steps, trace_memory=False):
                  "allocated": torch.cuda.memory_allocated(),
                  "peak": torch.cuda.max_memory_allocated()}]
             run.memory_trace = None
+        if plan is not None and trace_time:
+            run.time_trace = []
+            for _ in range(steps):
+                opt.zero_grad(set_to_none=True)
+                F.cross_entropy(fwd(x), y).backward()
+                opt.step()
+            result["time_rows"] = run.time_rows()
+            run.time_trace = None
+            st = autovm.step_times(plan.steps, result["time_rows"], skip=0)["step_us"]
+            result["timed_step_ms"] = sum(st) / 1e3
     if plan is not None:
         result["peak_within_budget"] = result["max_memory_allocated"] <= result["budget_bytes"]
     if plan is not None:
@@ -322,6 +361,10 @@ def main():
                          "step, measured by a --trace-memory run (its JSON) under the plans in "
                          "PLANS (autovm.step_reserve), instead of the modelled margin; given "
                          "more than once, the largest over all the runs")
+    ap.add_argument("--step-times-from", nargs=2, metavar=("TRACE", "PLANS"),
+                    help="--make-plans: plan with each step's compute time measured by a "
+                         "--trace-time run (its JSON) of autovm_free under the plans in PLANS "
+                         "(autovm.step_times), instead of the cost model's")
     ap.add_argument("--write-reserves", metavar="DIR",
                     help="with --reserve-from: write each model's reserve to "
                          "DIR/MODEL-reserve.json (for autovm-plan --reserve) and exit")
@@ -330,6 +373,9 @@ def main():
     ap.add_argument("--lib", help="libautovm (default: $AUTOVM_LIB or the build's)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--trace-time", action="store_true",
+                    help="time every plan boundary of --steps more steps with CUDA events "
+                         "(AutoVM configurations; autovm_free gives --step-times-from its times)")
     ap.add_argument("--trace-memory", action="store_true",
                     help="record PyTorch's memory at every plan boundary of one more step "
                          "(AutoVM configurations)")
@@ -350,7 +396,8 @@ def main():
         return 0
     if args.make_plans:
         reserves = reserves_from(args.reserve_from) if args.reserve_from else None
-        make_plans(args.make_plans, names, args.planner, args.lib, reserves)
+        times = step_times_from(*args.step_times_from) if args.step_times_from else None
+        make_plans(args.make_plans, names, args.planner, args.lib, reserves, times)
         return 0
     import torch
 
@@ -366,7 +413,7 @@ def main():
         for config in configs:
             try:
                 r = run_config(name, config, args.plans_dir, args.lib, args.warmup, args.steps,
-                               args.trace_memory)
+                               args.trace_memory, args.trace_time)
             except Exception as e:  # one configuration failing (OOM, say) must not lose the rest
                 r = {"model": name, "config": config, "error": f"{type(e).__name__}: {e}"}
                 torch.cuda.empty_cache()
