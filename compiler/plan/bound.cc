@@ -421,6 +421,51 @@ std::vector<double> forced_stall_us(const TrainingGraph& g, const std::vector<Li
   return forced;
 }
 
+// A forced window (bound.h): a transfer of one tensor on one queue that runs after step `lo`
+// ends and is complete before step `hi` starts.
+struct Window {
+  StepIndex lo = 0, hi = 0;
+  double us = 0;
+  bool to_device = false;
+};
+
+// The forced windows of every gap (bound.h): x cannot be resident at a step s of the gap
+// (unavoidable(s) + bytes(x) > budget) and no recompute can make it again from s; its eviction
+// runs in (use before the gap, first such s], its prefetch in (last such s, use after the gap].
+std::vector<Window> forced_windows(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                                   const std::vector<int64_t>& unavoidable, int64_t budget,
+                                   const Mechanism& mech, const Regeneration& regeneration,
+                                   MovableKinds movable) {
+  const StepIndex n = g.step_count();
+  std::vector<Window> windows;
+  for (const Tensor& t : g.tensors) {
+    const Lifetime& l = life[size_t(t.id)];
+    if (t.bytes == 0 || l.uses.empty() || !movable.has(t.kind)) continue;
+    auto forced_off = [&](StepIndex s) {
+      return unavoidable[size_t(s)] + t.bytes > budget && !regeneration.chain_at(t.id, s);
+    };
+    double out_us = mech.to_host.time_us(t.bytes), in_us = mech.to_device.time_us(t.bytes);
+    // Steps (from, to) of a gap; `leaves`: used at `from`; `returns`: used at `to`.
+    auto gap = [&](StepIndex from, StepIndex to, bool leaves, bool returns) {
+      StepIndex first = -1, last = -1;
+      for (StepIndex s = from + 1; s < to; ++s)
+        if (forced_off(s)) {
+          if (first < 0) first = s;
+          last = s;
+        }
+      if (first < 0) return;
+      if (leaves) windows.push_back({from, first, out_us, false});
+      if (returns) windows.push_back({last, to, in_us, true});
+    };
+    for (size_t k = 1; k < l.uses.size(); ++k) gap(l.uses[k - 1], l.uses[k], true, true);
+    if (l.persistent) {  // the wrap-around gap, within this training step
+      gap(l.uses.back(), n, true, false);
+      gap(-1, l.uses.front(), false, true);
+    }
+  }
+  return windows;
+}
+
 // Sums of compute and of forced stalls before and after a step.
 struct Prefix {
   std::vector<double> compute;  // compute[s]: C over steps [0, s)
@@ -591,6 +636,42 @@ double whole_tensor_bound(StepIndex s, double e, const std::vector<OffAble>& ite
   return best;
 }
 
+// Windows (bound.h): the most, over sets of disjoint stretches (A, B] of boundaries (the
+// stalls and recomputes before steps A+1..B), of the sum of each stretch's least extra time:
+// the larger of its forced stalls and, per queue, the time of the windows inside it less the
+// compute of steps A+1..B-1. A stretch need only start where a window starts (a start in
+// between adds compute and drops no window) or be a single boundary. Negative when the work
+// (steps x window starts) is over `max_work`: not worked out.
+double window_extra_us(const std::vector<Window>& windows, const Prefix& sum, double max_work) {
+  const StepIndex n = StepIndex(sum.compute.size()) - 1;
+  std::vector<std::vector<const Window*>> starting(static_cast<size_t>(n));
+  std::vector<StepIndex> starts;
+  for (const Window& w : windows) {
+    starting[size_t(w.lo)].push_back(&w);
+    starts.push_back(w.lo);
+  }
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  if (double(n) * double(starts.size() + windows.size()) > max_work) return -1;
+  std::vector<double> best(size_t(n), 0);  // best[k]: over the boundaries before steps 1..k
+  for (StepIndex b = 1; b < n; ++b) {
+    double f_b = sum.stall_to(b + 1) - sum.stall_to(b);
+    best[size_t(b)] = best[size_t(b) - 1] + f_b;
+    double to_device = 0, to_host = 0;
+    auto a_it = std::lower_bound(starts.begin(), starts.end(), b);
+    while (a_it != starts.begin()) {
+      StepIndex a = *--a_it;
+      for (const Window* w : starting[size_t(a)])
+        if (w->hi <= b) (w->to_device ? to_device : to_host) += w->us;
+      double interior = sum.compute_to(b) - sum.compute_to(a + 1);
+      double stalls = sum.stall_to(b + 1) - sum.stall_to(a + 1);
+      double extra = std::max(stalls, std::max(to_device, to_host) - interior);
+      best[size_t(b)] = std::max(best[size_t(b)], best[size_t(a)] + extra);
+    }
+  }
+  return best[size_t(n) - 1];
+}
+
 // The over-budget steps whose bound(s) is worked out (bound.h): the kTopSteps with the most
 // excess; the kTopSteps whose excess takes longest to move past the compute and stalls before
 // them, and likewise after them; the kTopSteps where the bytes that must move (the excess beyond
@@ -664,6 +745,10 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
   for (size_t s = 0; s < n; ++s) sum.stall[s + 1] = sum.stall[s] + forced[s];
   b.forced_stall_us = sum.stall[n];
   b.bound_us = b.compute_us + b.forced_stall_us;
+  constexpr double kWindowWork = 5e7;
+  double windows = window_extra_us(
+      forced_windows(g, life, unavoidable, budget, mech, regeneration, movable), sum, kWindowWork);
+  b.window_stall_us = std::max(b.forced_stall_us, windows);
 
   std::vector<StepIndex> steps = candidate_steps(
       live, budget, unavoidable, regeneration.never_regenerated(), forced, sum, mech);
@@ -720,6 +805,7 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
       }
     }
   }
+  keep(b.compute_us + b.window_stall_us, -1, 0);  // last: a tie keeps the step that set it
   return b;
 }
 

@@ -121,10 +121,31 @@
 // enough), for the 4 candidate steps s2 whose Tail(s2) most exceeds C_>s2 + F_>s2, each with
 // every candidate step s1 before it.
 //
+// Windows. The forced arrivals and departures above look one step ahead; a tensor can be forced
+// off over a longer stretch. Take a gap (a, b) of x (uses a < b; for a persistent tensor also
+// its wrap-around gap within the training step, from its last use to the end and from the start
+// to its first use) and the steps s of it where x cannot be resident (unavoidable(s) + bytes(x)
+// > budget) and is not regenerable at s (above). At each such s x is off under every plan, by a
+// move. Let s' and s'' be the first and the last of them. The off interval holding s' starts
+// with an evict issued when a step >= a ends and complete before s' starts (rule 3; resident
+// through ready_before_step - 1), so its to-host copy runs within (a, s'] (after step a ends,
+// before step s' starts); the one holding s'' ends with a prefetch issued when a step >= s''
+// ends (off through after_step) and complete before b starts: its to-device copy runs within
+// (s'', b]. (No departure window when x has no use before the gap in this training step, no
+// arrival window when it has none after.) For a stretch (A, B] of boundaries (the stalls and
+// recomputes before steps A+1..B), every window inside it, lo >= A and hi <= B, runs between the
+// end of step A and the start of step B, one queue per direction; that span is the compute of
+// steps A+1..B-1 plus the stretch's extra time (stalls, recomputes), so the extra is at least
+// the larger over the two queues of (the time of its windows - that compute), and at least the
+// forced stalls F in it. Disjoint stretches have disjoint extra time, so the step takes at least
+// C + the most over sets of disjoint stretches of the sum of their extras (a dynamic program
+// over the steps; a stretch need only start where a window does, or be one boundary, which
+// gives sum_b F(b)). Worked out while steps x (window starts + windows) stays under 5e7.
+//
 // Stalls, step compute and recompute are disjoint stretches of the compute stream, so the step
-// takes at least C + sum_b F(b); in bound(s) the stalls up to j (or s) add to the compute
-// before them, those after to the compute after. The bound is the largest of C + sum_b F(b) and
-// bound(s) over a choice of over-budget steps (any choice keeps it a bound): the 16 with the
+// takes at least C + sum_b F(b) (and C + the windows term); in bound(s) the stalls up to j (or
+// s) add to the compute before them, those after to the compute after. The bound is the largest
+// of C + sum_b F(b), C + the windows term and bound(s) over a choice of over-budget steps (any choice keeps it a bound): the 16 with the
 // most excess; the 16 whose excess takes longest to move past the compute and stalls before
 // them, and the 16 likewise after them; the 16 where the bytes that must move (the excess
 // beyond the regenerable ones) take longest to move both ways; and the steps b-1 and b around
@@ -155,6 +176,7 @@ struct StepTimeBound {
   double bound_us = 0;
   double compute_us = 0;          // C
   double forced_stall_us = 0;     // sum over steps b of max(F(b), D(b)): forced arrivals and departures
+  double window_stall_us = 0;     // the windows term's stalls (>= forced_stall_us): bound.h, Windows
   StepIndex critical_step = -1;   // the s that sets the bound (-1: compute alone)
   int64_t must_move_bytes = 0;    // E(s) at that step, moved or regenerated
 };
