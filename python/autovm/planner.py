@@ -248,20 +248,10 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     if reserve is not None:
         if "--reserve" not in flags:
             raise ToolNotFoundError(f"{exe} has no --reserve option: rebuild autovm-plan")
-        path = reserve
-        if not isinstance(reserve, (str, os.PathLike)):
-            path = os.path.join(tmp, "reserve.json")
-            with open(path, "w") as f:
-                json.dump(reserve, f)
-        args += ["--reserve", os.fspath(path)]
+        args += ["--reserve", _json_file(reserve, tmp, "reserve.json")]
         pytorch_margin = False
     if step_times is not None:
-        path = step_times
-        if not isinstance(step_times, (str, os.PathLike)):
-            path = os.path.join(tmp, "step-times.json")
-            with open(path, "w") as f:
-                json.dump(step_times, f)
-        args += ["--step-times", os.fspath(path)]
+        args += ["--step-times", _json_file(step_times, tmp, "step-times.json")]
     args += list(extra_args)
     b = format_budget(budget)
     requested, margin = None, 0
@@ -290,6 +280,16 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     p.requested_budget_bytes = requested if requested is not None else p.budget_bytes
     p.pytorch_margin_bytes = margin
     return p
+
+
+def _json_file(value, tmp, name):
+    """A path given as it is, or a dict written to tmp/name as JSON: the file's path."""
+    if isinstance(value, (str, os.PathLike)):
+        return os.fspath(value)
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        json.dump(value, f)
+    return path
 
 
 def _recompute_args(recompute, flags):
