@@ -529,8 +529,15 @@ class Attachment:
             self._optimizer_mark(True)
             return result
         opt.step = step
-        self._unwrap_optimizer = lambda: (setattr(opt, "step", own) if own is not None
-                                          else opt.__dict__.pop("step", None))
+
+        def unwrap():
+            if opt.__dict__.get("step") is not step:
+                return  # wrapped again since (an LR scheduler of torch 1.13): left as it is
+            if own is not None:
+                opt.step = own
+            else:
+                del opt.step
+        self._unwrap_optimizer = unwrap
 
     def __exit__(self, *exc):
         self.close()
