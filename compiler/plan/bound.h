@@ -145,12 +145,12 @@
 // Stalls, step compute and recompute are disjoint stretches of the compute stream, so the step
 // takes at least C + sum_b F(b) (and C + the windows term); in bound(s) the stalls up to j (or
 // s) add to the compute before them, those after to the compute after. The bound is the largest
-// of C + sum_b F(b), C + the windows term and bound(s) over a choice of over-budget steps (any choice keeps it a bound): the 16 with the
-// most excess; the 16 whose excess takes longest to move past the compute and stalls before
-// them, and the 16 likewise after them; the 16 where the bytes that must move (the excess
-// beyond the regenerable ones) take longest to move both ways; and the steps b-1 and b around
-// each forced stall before b. Fixed costs per transfer and link sharing between directions
-// only make plans slower.
+// of C + sum_b F(b), C + the windows term and bound(s) over a choice of over-budget steps (any
+// choice keeps it a bound): the 16 with the most excess; the 16 whose excess takes longest to
+// move past the compute and stalls before them, and the 16 likewise after them; the 16 where
+// the bytes that must move (the excess beyond the regenerable ones) take longest to move both
+// ways; and the steps b-1 and b around each forced stall before b. Fixed costs per transfer
+// and link sharing between directions only make plans slower.
 //
 // Kinds that may not move (gaps.h, MovableKinds). Such a tensor is resident over its whole
 // lifetime under every plan, and no recompute may make it (not even as a temporary). So at s
@@ -177,7 +177,7 @@ struct StepTimeBound {
   double compute_us = 0;          // C
   double forced_stall_us = 0;     // sum over steps b of max(F(b), D(b)): forced arrivals and departures
   double window_stall_us = 0;     // the windows term's stalls (>= forced_stall_us): bound.h, Windows
-  StepIndex critical_step = -1;   // the s that sets the bound (-1: compute alone)
+  StepIndex critical_step = -1;   // the s that sets the bound (-1: C + the windows term)
   int64_t must_move_bytes = 0;    // E(s) at that step, moved or regenerated
 };
 
