@@ -959,7 +959,7 @@ double regenerate_moved(const TrainingGraph& g, const std::vector<Lifetime>& lif
                         const std::vector<double>& compute_us, const Mechanism& mech,
                         const DeviceProfile& device, int64_t budget_bytes, MovableKinds movable,
                         const RecomputeOps& recompute_ops, std::vector<Action>& actions,
-                        int max_simulations) {
+                        int max_simulations, StepIndex earlier_steps) {
   sort_actions(actions);
   SimResult sim = simulate(g, actions, compute_us, mech, device);
   int left = max_simulations - 1;
@@ -1005,37 +1005,41 @@ double regenerate_moved(const TrainingGraph& g, const std::vector<Lifetime>& lif
         for (size_t j : res.of(x))
           if (j != e && j != f && actions[j].ready_before_step > u && actions[j].after_step < t) clear = false;
         if (!clear) continue;
-        Regeneration r;
-        r.at = t;
-        if (!regen.chain(x, r)) continue;
-        std::vector<Action> trial;
-        for (size_t j = 0; j < actions.size(); ++j)
-          if (j != e && j != f) trial.push_back(actions[j]);
-        for (size_t j : r.fetches) {
-          Action a = actions[j];
-          // Replaced in place: the pair's two actions were left out before it.
-          size_t k = j - (j > e ? 1 : 0) - (j > f ? 1 : 0);
-          a.after_step = std::min(a.after_step, t - 1);
-          a.ready_before_step = t;
-          trial[k] = a;
+        // The chain before t, or, where it does not fit there, before one of the
+        // `earlier_steps` steps before t (x then resident from there): the first that fits.
+        --left;  // the resident bytes of each trial cost about what a simulation does
+        for (StepIndex at = t; at >= std::max(u + 2, t - earlier_steps) && left > 0; --at) {
+          Regeneration r;
+          r.at = at;
+          if (!regen.chain(x, r)) continue;
+          std::vector<Action> trial;
+          for (size_t j = 0; j < actions.size(); ++j)
+            if (j != e && j != f) trial.push_back(actions[j]);
+          for (size_t j : r.fetches) {
+            Action a = actions[j];
+            // Replaced in place: the pair's two actions were left out before it.
+            size_t k = j - (j > e ? 1 : 0) - (j > f ? 1 : 0);
+            a.after_step = std::min(a.after_step, at - 1);
+            a.ready_before_step = at;
+            trial[k] = a;
+          }
+          std::set<StepIndex> left_behind;  // steps whose chains lost a recompute
+          for (size_t j : r.relocated) {
+            size_t k = j - (j > e ? 1 : 0) - (j > f ? 1 : 0);
+            left_behind.insert(trial[k].ready_before_step);
+            trial[k].after_step = at - 1;
+            trial[k].ready_before_step = at;
+          }
+          if (!left_behind.empty()) prune_temporaries(g, life, left_behind, trial);
+          trial.push_back({ActionKind::discard, x, g.tensor(x).bytes, u, u + 1, -1, "", "", 0, 0});
+          for (TensorId y : r.temporaries)
+            trial.push_back({ActionKind::recompute, y, g.tensor(y).bytes, at - 1, at, life[size_t(y)].first, "", "", 0, 0});
+          trial.push_back({ActionKind::recompute, x, g.tensor(x).bytes, at - 1, at, lx.first, "", "", 0, 0});
+          std::vector<int64_t> resident = resident_bytes(g, life, trial);
+          if (std::any_of(resident.begin(), resident.end(), [&](int64_t b) { return b > budget_bytes; })) continue;
+          if (left > 0) improved = keep_if_faster(g, compute_us, mech, device, trial, actions, sim, left);
+          break;
         }
-        std::set<StepIndex> left_behind;  // steps whose chains lost a recompute
-        for (size_t j : r.relocated) {
-          size_t k = j - (j > e ? 1 : 0) - (j > f ? 1 : 0);
-          left_behind.insert(trial[k].ready_before_step);
-          trial[k].after_step = t - 1;
-          trial[k].ready_before_step = t;
-        }
-        if (!left_behind.empty()) prune_temporaries(g, life, left_behind, trial);
-        trial.push_back({ActionKind::discard, x, g.tensor(x).bytes, u, u + 1, -1, "", "", 0, 0});
-        for (TensorId y : r.temporaries)
-          trial.push_back({ActionKind::recompute, y, g.tensor(y).bytes, t - 1, t, life[size_t(y)].first, "", "", 0, 0});
-        trial.push_back({ActionKind::recompute, x, g.tensor(x).bytes, t - 1, t, lx.first, "", "", 0, 0});
-        std::vector<int64_t> resident = resident_bytes(g, life, trial);
-        --left;
-        if (std::any_of(resident.begin(), resident.end(), [&](int64_t b) { return b > budget_bytes; })) continue;
-        if (left <= 0) break;
-        improved = keep_if_faster(g, compute_us, mech, device, trial, actions, sim, left);
       }
       if (improved || left <= 0) break;
     }

@@ -127,3 +127,67 @@ TEST_CASE("regenerate_moved: a chain needs every one of its ops in recompute_ops
   CHECK(k.run(actions, RecomputeOps{{"Conv", "Relu"}}) == doctest::Approx(520));
   CHECK(actions.size() == 3);
 }
+
+TEST_CASE("regenerate_moved: a chain that does not fit at the deadline runs a step earlier") {
+  // a (10 B), m (30), x (60), y (40), o (10), 0-byte links; budget 100:
+  //   s0: a = A()     s1: m = M(a)     s2: x = P(m)     s3: l3 = B(x)
+  //   s4: y = C(l3)   s5: l5 = D(y)    s6: l6 = F(l5)   s7: o = E(x, a, l6)
+  // Steps 4 and 5 hold a, x and y (110 B): x is moved, evicted after step 3 (due before 4)
+  // and prefetched after step 5 (due before 7). Steps 1 and 2 take 5 us, the others 100 us.
+  // Moved: steps 0-3 end at 210 us, the eviction runs 210-270 and step 4 waits for it; steps
+  // 4-5 run 270-470; the prefetch runs 470-530 behind step 6 (470-570); step 7 570-670: 670 us.
+  // The chain M, P (m a temporary) does not fit before step 7: a 10 + m 30 + x 60 + o 10 =
+  // 110 B. Before step 6 it does: a 10 + m 30 + x 60 = 100 B, and x stays resident for step 7
+  // (a, x, o: 80 B). With one earlier step allowed: steps 0-5 end at 410 us, the chain runs
+  // 410-420, step 6 420-520, step 7 520-620: 620 us. Without: the moves stay.
+  TrainingGraph g;
+  TensorId a = g.add_tensor("a", TensorKind::activation, DType::u8, {10});
+  TensorId m = g.add_tensor("m", TensorKind::activation, DType::u8, {30});
+  TensorId x = g.add_tensor("x", TensorKind::activation, DType::u8, {60});
+  TensorId y = g.add_tensor("y", TensorKind::activation, DType::u8, {40});
+  TensorId o = g.add_tensor("o", TensorKind::activation, DType::u8, {10});
+  TensorId l3 = g.add_tensor("l3", TensorKind::activation, DType::u8, {0});
+  TensorId l5 = g.add_tensor("l5", TensorKind::activation, DType::u8, {0});
+  TensorId l6 = g.add_tensor("l6", TensorKind::activation, DType::u8, {0});
+  auto step = [&](std::vector<TensorId> in, std::vector<TensorId> out) {
+    test::add_op_step(g, std::move(in), std::move(out));
+  };
+  step({}, {a});
+  step({a}, {m});
+  step({m}, {x});
+  step({x}, {l3});
+  step({l3}, {y});
+  step({y}, {l5});
+  step({l5}, {l6});
+  step({x, a, l6}, {o});
+  auto life = compute_lifetimes(g);
+  std::vector<double> c = {100, 5, 5, 100, 100, 100, 100, 100};
+  const std::vector<Action> moved = {transfer(ActionKind::evict, x, 3, 4),
+                                     transfer(ActionKind::prefetch, x, 5, 7)};
+  for (int64_t r : resident_bytes(g, life, moved)) CHECK(r <= 100);
+  auto run = [&](std::vector<Action>& actions, StepIndex earlier) {
+    return regenerate_moved(g, life, c, duplex_link(), DeviceProfile{}, 100, MovableKinds{}, {},
+                            actions, 20, earlier);
+  };
+  std::vector<Action> at_deadline = moved;
+  CHECK(run(at_deadline, 0) == doctest::Approx(670));
+  CHECK(at_deadline.size() == 2);
+
+  std::vector<Action> actions = moved;
+  CHECK(run(actions, 1) == doctest::Approx(620));
+  REQUIRE(actions.size() == 3);
+  CHECK(actions[0].kind == ActionKind::discard);
+  CHECK(actions[0].tensor == x);
+  CHECK(actions[0].after_step == 3);
+  CHECK(actions[1].kind == ActionKind::recompute);
+  CHECK(actions[1].tensor == m);
+  CHECK(actions[1].ready_before_step == 6);
+  CHECK(actions[2].kind == ActionKind::recompute);
+  CHECK(actions[2].tensor == x);
+  CHECK(actions[2].after_step == 5);
+  CHECK(actions[2].ready_before_step == 6);
+  std::vector<int64_t> resident = resident_bytes(g, life, actions);
+  CHECK(resident[4] == 50);
+  CHECK(resident[6] == 100);
+  CHECK(resident[7] == 80);
+}
