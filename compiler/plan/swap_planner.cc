@@ -1007,11 +1007,13 @@ double regenerate_moved(const TrainingGraph& g, const std::vector<Lifetime>& lif
         if (!clear) continue;
         // The chain before t, or, where it does not fit there, before one of the
         // `earlier_steps` steps before t (x then resident from there): the first that fits.
-        --left;  // the resident bytes of each trial cost about what a simulation does
+        bool counted = false;  // the trials' resident bytes count as one simulation
         for (StepIndex at = t; at >= std::max(u + 2, t - earlier_steps) && left > 0; --at) {
           Regeneration r;
           r.at = at;
           if (!regen.chain(x, r)) continue;
+          if (!counted) --left;
+          counted = true;
           std::vector<Action> trial;
           for (size_t j = 0; j < actions.size(); ++j)
             if (j != e && j != f) trial.push_back(actions[j]);
