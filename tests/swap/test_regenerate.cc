@@ -140,26 +140,11 @@ TEST_CASE("regenerate_moved: a chain that does not fit at the deadline runs a st
   // 110 B. Before step 6 it does: a 10 + m 30 + x 60 = 100 B, and x stays resident for step 7
   // (a, x, o: 80 B). With one earlier step allowed: steps 0-5 end at 410 us, the chain runs
   // 410-420, step 6 420-520, step 7 520-620: 620 us. Without: the moves stay.
-  TrainingGraph g;
-  TensorId a = g.add_tensor("a", TensorKind::activation, DType::u8, {10});
-  TensorId m = g.add_tensor("m", TensorKind::activation, DType::u8, {30});
-  TensorId x = g.add_tensor("x", TensorKind::activation, DType::u8, {60});
-  TensorId y = g.add_tensor("y", TensorKind::activation, DType::u8, {40});
-  TensorId o = g.add_tensor("o", TensorKind::activation, DType::u8, {10});
-  TensorId l3 = g.add_tensor("l3", TensorKind::activation, DType::u8, {0});
-  TensorId l5 = g.add_tensor("l5", TensorKind::activation, DType::u8, {0});
-  TensorId l6 = g.add_tensor("l6", TensorKind::activation, DType::u8, {0});
-  auto step = [&](std::vector<TensorId> in, std::vector<TensorId> out) {
-    test::add_op_step(g, std::move(in), std::move(out));
-  };
-  step({}, {a});
-  step({a}, {m});
-  step({m}, {x});
-  step({x}, {l3});
-  step({l3}, {y});
-  step({y}, {l5});
-  step({l5}, {l6});
-  step({x, a, l6}, {o});
+  enum : TensorId { a, m, x, y, o, l3, l5, l6 };
+  TrainingGraph g = test::graph_of(
+      {10, 30, 60, 40, 10, 0, 0, 0},
+      {{"A", {}, {a}}, {"M", {a}, {m}}, {"P", {m}, {x}}, {"B", {x}, {l3}}, {"C", {l3}, {y}},
+       {"D", {y}, {l5}}, {"F", {l5}, {l6}}, {"E", {x, a, l6}, {o}}});
   auto life = compute_lifetimes(g);
   std::vector<double> c = {100, 5, 5, 100, 100, 100, 100, 100};
   const std::vector<Action> moved = {transfer(ActionKind::evict, x, 3, 4),

@@ -13,22 +13,14 @@
 #include "plan/gaps.h"
 #include "plan/simulator.h"
 #include "plan/swap_planner.h"
+#include "swap_test_util.h"
 #include "util/error.h"
 
 using namespace autovm;
+using autovm::test::add_step;
+using autovm::test::graph_of;
 
 namespace {
-
-// Appends a step of `op` reading `in` and writing `out` (forward phase, no workspace).
-void add_step(TrainingGraph& g, const char* op, std::vector<TensorId> in,
-              std::vector<TensorId> out) {
-  Step s;
-  s.id = g.step_count();
-  s.op = op;
-  s.inputs = std::move(in);
-  s.outputs = std::move(out);
-  g.steps.push_back(s);
-}
 
 // a (100 B), b (100), c (100), d (50), e (50); all activations.
 //   step 0: a = A()        step 1: b = B(a)       step 2: c = C(b)
@@ -210,20 +202,6 @@ TEST_CASE("the lower bound, worked by hand") {
     CHECK(b.critical_step == -1);
   }
 }
-
-namespace {
-
-// Activations a, b, c, ... of the given bytes, then steps (op, inputs, outputs by index).
-using StepSpec = std::tuple<const char*, std::vector<TensorId>, std::vector<TensorId>>;
-TrainingGraph graph_of(std::vector<int64_t> bytes, std::vector<StepSpec> steps) {
-  TrainingGraph g;
-  for (size_t i = 0; i < bytes.size(); ++i)
-    g.add_tensor(std::string(1, char('a' + i)), TensorKind::activation, DType::u8, {bytes[i]});
-  for (auto& [op, in, out] : steps) add_step(g, op, in, out);
-  return g;
-}
-
-}  // namespace
 
 TEST_CASE("the lower bound: moved bytes leave after their last use and are back by their next") {
   // One queue per direction at 1 B/us (slow_link), no fixed costs; budget 104 B.
