@@ -466,14 +466,30 @@ std::vector<Window> forced_windows(const TrainingGraph& g, const std::vector<Lif
   return windows;
 }
 
-// Sums of compute and of forced stalls before and after a step.
+// Sums of compute and of forced stalls before and after a step, and the least extra time
+// (stalls and recomputes) before and after it by the windows term.
 struct Prefix {
   std::vector<double> compute;  // compute[s]: C over steps [0, s)
-  std::vector<double> stall;    // stall[s]: F over steps [0, s)
+  std::vector<double> stall;    // stall[s]: F over the boundaries before steps [0, s)
+  // windows_to[k]: the windows term over the stretches within the boundaries before steps
+  // 1..k; windows_from[k]: over those within the boundaries before steps k+1..n-1. Empty when
+  // not worked out (too large), and then the forced stalls stand in.
+  std::vector<double> windows_to, windows_from;
   double compute_to(StepIndex s) const { return compute[size_t(s)]; }  // [0, s)
   double compute_from(StepIndex s) const { return compute.back() - compute[size_t(s)]; }  // [s, n)
   double stall_to(StepIndex s) const { return stall[size_t(s)]; }
   double stall_from(StepIndex s) const { return stall.back() - stall[size_t(s)]; }
+  // The least extra time in the boundaries before steps [0, s) and before steps [s, n): the
+  // windows term over the stretches there, at least the forced stalls. Stalls and recomputes
+  // only, so disjoint from step compute; but not from the recomputes a knapsack Rc counts.
+  double extra_to(StepIndex s) const {
+    double w = windows_to.empty() || s < 1 ? 0 : windows_to[size_t(s) - 1];
+    return std::max(stall_to(s), w);
+  }
+  double extra_from(StepIndex s) const {
+    double w = windows_from.empty() ? 0 : windows_from[size_t(std::max<StepIndex>(s, 1)) - 1];
+    return std::max(stall_from(s), w);
+  }
 };
 
 // The pieces of bound(s) (bound.h) at one step s: the departure curve Dep(M), the arrival
@@ -506,19 +522,19 @@ StepTerms step_terms(StepIndex s, double e, const std::vector<OffAble>& items, c
   StepTerms t{LinkCurve(mech.to_host.bandwidth_gbps), LinkCurve(mech.to_device.bandwidth_gbps),
               RecomputeCost(std::move(costed))};
   // Departures: the M bytes that left earliest; those after release j leave after step j ends.
-  t.departure.add(sum.compute_to(s) + sum.stall_to(s + 1), kInf);
+  t.departure.add(sum.compute_to(s) + sum.extra_to(s + 1), kInf);
   double earlier = 0;  // bytes released before j (or free to leave)
   for (size_t k = 0; k < by_release.size(); ++k) {
     auto [j, bytes] = by_release[k];
     if (j >= 0 && (k == 0 || by_release[k - 1].first != j))
-      t.departure.add(sum.compute_to(j + 1) + sum.stall_to(j + 1), earlier);
+      t.departure.add(sum.compute_to(j + 1) + sum.extra_to(j + 1), earlier);
     earlier += bytes;
   }
   // Arrivals: the M bytes due latest; those due by j arrive before step j starts, and steps
   // j..until-1 and the stalls before j+1..until follow.
   auto after_j = [&](StepIndex j) {
     double compute = sum.compute_to(std::min(until, n)) - sum.compute_to(j);
-    double stalls = until >= n ? sum.stall_from(j + 1) : sum.stall_to(until + 1) - sum.stall_to(j + 1);
+    double stalls = until >= n ? sum.extra_from(j + 1) : sum.stall_to(until + 1) - sum.stall_to(j + 1);
     return compute + stalls;
   };
   double later = 0;  // bytes due after j (or never back within the window)
@@ -552,19 +568,21 @@ double convex_min(double lo, double hi, F f) {
 // Each part is convex in M.
 double step_bound(StepIndex s, double e, const StepTerms& t, const std::vector<double>& compute_us,
                   const Prefix& sum) {
-  double c_after = sum.compute_from(s + 1) + sum.stall_from(s + 1);
+  double stalls = sum.stall_from(s + 1), windows = sum.extra_from(s + 1);
+  double c_after = sum.compute_from(s + 1);
   return convex_min(t.lo, t.hi, [&](double moved) {
     return t.departure(moved) + compute_us[size_t(s)] +
-           std::max(c_after + t.rc(e - moved), t.arrival(moved));
+           std::max(c_after + std::max(stalls + t.rc(e - moved), windows), t.arrival(moved));
   });
 }
 
 // The time from the end of step s to the end of the training step, at least (bound(s)'s part
 // after s): the least over M of max(C_>s + F_>s + Rc(E - M), Arr(M)).
 double tail_bound(StepIndex s, double e, const StepTerms& t, const Prefix& sum) {
-  double c_after = sum.compute_from(s + 1) + sum.stall_from(s + 1);
+  double stalls = sum.stall_from(s + 1), windows = sum.extra_from(s + 1);
+  double c_after = sum.compute_from(s + 1);
   return convex_min(t.lo, t.hi, [&](double moved) {
-    return std::max(c_after + t.rc(e - moved), t.arrival(moved));
+    return std::max(c_after + std::max(stalls + t.rc(e - moved), windows), t.arrival(moved));
   });
 }
 
@@ -640,9 +658,11 @@ double whole_tensor_bound(StepIndex s, double e, const std::vector<OffAble>& ite
 // stalls and recomputes before steps A+1..B), of the sum of each stretch's least extra time:
 // the larger of its forced stalls and, per queue, the time of the windows inside it less the
 // compute of steps A+1..B-1. A stretch need only start where a window starts (a start in
-// between adds compute and drops no window) or be a single boundary. Negative when the work
+// between adds compute and drops no window) or be a single boundary. Returns it over the
+// boundaries before steps 1..k for every k (so the last is over them all); empty when the work
 // (steps x window starts) is over `max_work`: not worked out.
-double window_extra_us(const std::vector<Window>& windows, const Prefix& sum, double max_work) {
+std::vector<double> window_extra_us(const std::vector<Window>& windows, const Prefix& sum,
+                                    double max_work) {
   const StepIndex n = StepIndex(sum.compute.size()) - 1;
   std::vector<std::vector<const Window*>> starting(static_cast<size_t>(n));
   std::vector<StepIndex> starts;
@@ -652,7 +672,7 @@ double window_extra_us(const std::vector<Window>& windows, const Prefix& sum, do
   }
   std::sort(starts.begin(), starts.end());
   starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
-  if (double(n) * double(starts.size() + windows.size()) > max_work) return -1;
+  if (double(n) * double(starts.size() + windows.size()) > max_work) return {};
   std::vector<double> best(size_t(n), 0);  // best[k]: over the boundaries before steps 1..k
   for (StepIndex b = 1; b < n; ++b) {
     double f_b = sum.stall_to(b + 1) - sum.stall_to(b);
@@ -669,7 +689,31 @@ double window_extra_us(const std::vector<Window>& windows, const Prefix& sum, do
       best[size_t(b)] = std::max(best[size_t(b)], best[size_t(a)] + extra);
     }
   }
-  return best[size_t(n) - 1];
+  return best;
+}
+
+// The windows term over the boundaries after each step (Prefix::windows_from): window_extra_us
+// on the training step run backwards, step k as step n-1-k, so that the boundary before step b
+// (after step b-1) is the one before step n-b, and a window (lo, hi) is (n-1-hi, n-1-lo).
+std::vector<double> window_extra_after_us(const std::vector<Window>& windows, const Prefix& sum,
+                                          double max_work) {
+  const size_t n = sum.compute.size() - 1;
+  std::vector<Window> mirrored;
+  for (const Window& w : windows)
+    mirrored.push_back({StepIndex(n) - 1 - w.hi, StepIndex(n) - 1 - w.lo, w.us, w.to_device});
+  Prefix back;
+  back.compute.assign(n + 1, 0);
+  back.stall.assign(n + 1, 0);
+  for (size_t k = 0; k < n; ++k) {
+    back.compute[k + 1] = back.compute[k] + (sum.compute[n - k] - sum.compute[n - k - 1]);
+    double f = k == 0 ? 0 : sum.stall[n - k + 1] - sum.stall[n - k];  // boundary before n-k
+    back.stall[k + 1] = back.stall[k] + f;
+  }
+  std::vector<double> best = window_extra_us(mirrored, back, max_work);
+  // best[k] covers the mirrored boundaries before steps 1..k, the boundaries before the
+  // original steps n-k..n-1: windows_from[j] (before steps j+1..n-1) is best[n-1-j].
+  std::reverse(best.begin(), best.end());
+  return best;
 }
 
 // The over-budget steps whose bound(s) is worked out (bound.h): the kTopSteps with the most
@@ -746,9 +790,12 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
   b.forced_stall_us = sum.stall[n];
   b.bound_us = b.compute_us + b.forced_stall_us;
   constexpr double kWindowWork = 5e7;
-  double windows = window_extra_us(
-      forced_windows(g, life, unavoidable, budget, mech, regeneration, movable), sum, kWindowWork);
-  b.window_stall_us = std::max(b.forced_stall_us, windows);
+  std::vector<Window> windows =
+      forced_windows(g, life, unavoidable, budget, mech, regeneration, movable);
+  sum.windows_to = window_extra_us(windows, sum, kWindowWork);
+  if (!sum.windows_to.empty())
+    sum.windows_from = window_extra_after_us(windows, sum, kWindowWork);
+  b.window_stall_us = std::max(b.forced_stall_us, sum.extra_to(StepIndex(n)));
 
   std::vector<StepIndex> steps = candidate_steps(
       live, budget, unavoidable, regeneration.never_regenerated(), forced, sum, mech);

@@ -142,6 +142,19 @@
 // over the steps; a stretch need only start where a window does, or be one boundary, which
 // gives sum_b F(b)). Worked out while steps x (window starts + windows) stays under 5e7.
 //
+// Windows in bound(s). The same dynamic program over the stretches within the boundaries
+// before steps 1..k, W_<=k, and, run on the steps backwards, over those within the boundaries
+// after step k, W_>k, bounds the extra time (stalls, recomputes) before and after a step: the
+// span before step j ends is at least C_<=j + W_<=j, the span after step j starts at least
+// C_>=j + W_>j. Each is at least the forced stalls there, and stands in for them in Dep (the
+// compute before s and before each release j) and in Arr (the compute after each deadline j).
+// After s, the stalls F_>s and the recomputes Rc(E - M) are disjoint, but the windows' extra
+// may be those same recomputes, so the part after s is C_>s + max(F_>s + Rc(E - M), W_>s):
+//   bound(s) = min over M of Dep(M) + c_s + max(C_>s + max(F_>s + Rc(E - M), W_>s), Arr(M)),
+// and Tail(s) likewise. Each inequality is about one span of the compute stream, so the
+// transfers that the windows and M count may be the same ones. Still convex in M. (Pairs count
+// the stretch between s1 and s2 with F alone: a range of the program is not kept.)
+//
 // Stalls, step compute and recompute are disjoint stretches of the compute stream, so the step
 // takes at least C + sum_b F(b) (and C + the windows term); in bound(s) the stalls up to j (or
 // s) add to the compute before them, those after to the compute after. The bound is the largest

@@ -243,9 +243,13 @@ TEST_CASE("the lower bound: moved bytes leave after their last use and are back 
     // bound(3), M = 100: start(3) >= max(C_<3, C_<=0 + 100) = 120; c_3 = 10; a's prefetch is
     // issued after step 3 ends and done before step 5 starts, followed by C_>=5 = 110:
     //   max(C_>3, 100 + 110) = 210: 340 us.
-    // bound(2): max(110, 110) + 10 + max(130, 210) = 330. Bound: 340 us, the best plan's (evict
-    // a after step 0, 10-110 us, hidden by step 1; steps 2, 3 at 110-130; prefetch after step 3,
-    // 130-230; step 5 at 230-240, step 6 to 340). Without deadlines it was C = 250 us.
+    // bound(2): max(110, 110) + 10 + max(130, 210) = 330 from the moves alone. Windows: a
+    // cannot be resident at steps 2 and 3 (104 + 100 > 104), so it returns in (3, 5], 100 us
+    // past step 4's 10: at least 90 us of stalls after step 3, which bound(2) now adds to the
+    // compute after it: max(130 + 90, 210) = 220, bound(2) = 340 too, found first. Bound: 340
+    // us, the best plan's (evict a after step 0, 10-110 us, hidden by step 1; steps 2, 3 at
+    // 110-130; prefetch after step 3, 130-230; step 5 at 230-240, step 6 to 340). Without
+    // deadlines it was C = 250 us.
     TrainingGraph g = graph_of({100, 2, 102, 2, 2, 2, 2},
                                {{"Dropout", {}, {0}}, {"B", {}, {1}}, {"C", {1}, {2}},
                                 {"D", {2}, {3}}, {"E", {3}, {4}}, {"F", {0, 4}, {5}},
@@ -255,7 +259,7 @@ TEST_CASE("the lower bound: moved bytes leave after their last use and are back 
     auto b = lower_bound(g, life, compute_timeline(g, life).total, c, 104, slow_link());
     CHECK(b.forced_stall_us == 0);
     CHECK(b.bound_us == doctest::Approx(340).epsilon(1e-6));
-    CHECK(b.critical_step == 3);
+    CHECK(b.critical_step == 2);
     CHECK(simulate(g, plan(g, 104, true, c), c, slow_link(), DeviceProfile{}).step_time_us >=
           b.bound_us);
   }
@@ -309,13 +313,20 @@ TEST_CASE("the lower bound: a pair of steps, departures before one and arrivals 
   // Forced: a1 and q (50 B) leave at 1 together, where 40 B of room is left: D(1) = 10 us.
   // Nothing else is forced (C + F = 82). Single steps: bound(2), M = 50 (a1 and q, released at
   // 0, leave first): start(2) >= max(C_<2 + F = 30, C_0 + 50 = 60) = 60, then 10, then
-  // max(C_>2 = 42, q due at 8 and a1 at 5: 1 + 50 = 51): 121, the most of any single step.
+  // max(C_>2 = 42, q due at 8 and a1 at 5: 1 + 50 = 51): 121 (141 with the windows below: a1
+  // due at 5 is followed by steps 5-8 and at least 29 us of stalls, 20 + 22 + 29 = 71).
   // Pair (2, 6): start(2) >= 60 as above; from the end of step 2 to the start of step 6, steps
   // 3-5 (30 us) and the moved bytes due by 6 (a1 at 5, after q's 30 B due at 8: 20 B, then
   // step 5: 30 us): 30; step 6: 10; after it q (30 B, off at 6: r fills the budget) comes back
-  // before step 8, then step 8: max(C_>6 = 2, 30 + 1) = 31. Bound 60 + 10 + 30 + 10 + 31 =
-  // 141 us. (The best plan: q and a1 leave after step 0, steps 2-3 at 60-80, a1 back after 3
-  // by 100, step 5 100-110, step 6 to 120, q back after 6 by 150, step 8 to 151 us.)
+  // before step 8, then step 8: max(C_>6 = 2, 30 + 1) = 31. 60 + 10 + 30 + 10 + 31 = 141 us.
+  // Windows after a step (bound.h, "Windows" in bound(s)): each q_i cannot be resident at step
+  // 6 (60 + 10 > 60), so all three return in (6, 8], 30 us past step 7's 1: at least 29 us of
+  // stalls after step 6. Pair (2, 3): start(2) >= 60, steps 2 and 3 (20 us), then at step 3
+  // (E = 50, no recompute: 50 B moved, at best q and a1, the latest due) a1 is back before
+  // step 5 (20 us), steps 5-8 take 22 us and the stalls after step 6 at least 29: Tail(3) =
+  // max(C_>3 + 29 = 61, 20 + 22 + 29 = 71) = 71. Bound 60 + 10 + 0 + 10 + 71 = 151 us, the
+  // best plan's: q and a1 leave after step 0, steps 2-3 at 60-80, a1 back after 3 by 100,
+  // step 5 100-110, step 6 to 120, q back after 6 by 150, step 8 to 151 us.
   TrainingGraph g = graph_of({20, 20, 40, 10, 10, 10, 60},
                              {{"Dropout", {}, {0, 3, 4, 5}}, {"Dropout", {}, {1}},
                               {"Dropout", {}, {2}}, {"Q", {2}, {}}, {"U", {1}, {}},
@@ -327,7 +338,7 @@ TEST_CASE("the lower bound: a pair of steps, departures before one and arrivals 
   REQUIRE(tl.total == std::vector<int64_t>{50, 70, 110, 110, 70, 50, 90, 30, 30});
   auto b = lower_bound(g, life, tl.total, c, 60, slow_link(), MovableKinds{}, false);
   CHECK(b.forced_stall_us == doctest::Approx(10));
-  CHECK(b.bound_us == doctest::Approx(141).epsilon(1e-6));
+  CHECK(b.bound_us == doctest::Approx(151).epsilon(1e-6));
   CHECK(b.critical_step == 2);
   CHECK(b.must_move_bytes == 50);
   CHECK(simulate(g, plan(g, 60, false, c), c, slow_link(), DeviceProfile{}).step_time_us >=
@@ -492,12 +503,14 @@ TEST_CASE("a chain whose pinned input would not fit where it runs is not offered
     // 300, 260; z at 3: 300). x leaves in (1, 4] and returns in (4, 6]; z leaves in (2, 4] and
     // returns in (4, 5]. Stretch (1, 4]: 200 us to the host past steps 2-3 (20 us): 180 us;
     // stretch (4, 6]: 200 us to the device past step 5 (10 us): 190 us. C = 70: 440 us, the
-    // plan's own figure (x and z evicted after steps 1 and 2, back after step 4).
+    // plan's own figure (x and z evicted after steps 1 and 2, back after step 4). bound(4) with
+    // the windows before and after it reaches the same, and is found first: start(4) >= C_<4 +
+    // 180 = 220, c_4 = 10, then max(C_>4 + 190, 150 + C_>=6) = 210: 440 us.
     auto b = lower_bound(g, life, compute_timeline(g, life).total, c, 300, slow_link());
     CHECK(b.forced_stall_us == doctest::Approx(100));
     CHECK(b.window_stall_us == doctest::Approx(370));
     CHECK(b.bound_us == doctest::Approx(440).epsilon(1e-6));
-    CHECK(b.critical_step == -1);
+    CHECK(b.critical_step == 4);
     CHECK(simulate(g, actions, c, slow_link(), DeviceProfile{}).step_time_us >= b.bound_us);
   }
 }
