@@ -815,7 +815,11 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
       b.must_move_bytes = int64_t(e);
     }
   };
-  std::vector<double> tail(n, 0);  // tail_bound at the candidate steps
+  std::vector<double> tail(n, 0);    // tail_bound at the candidate steps
+  std::vector<double> tail_f(n, 0);  // the same with the forced stalls alone (no windows)
+  Prefix stalls_only = sum;
+  stalls_only.windows_to.clear();
+  stalls_only.windows_from.clear();
   for (StepIndex s : every ? over : steps) {
     double e = double(live[size_t(s)] - budget);
     auto items = off_able_at(g, life, s, compute_us, regeneration, movable);
@@ -824,19 +828,33 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
       StepTerms terms = step_terms(s, e, items, sum, mech, StepIndex(n));
       t = std::max(t, step_bound(s, e, terms, compute_us, sum));
       tail[size_t(s)] = tail_bound(s, e, terms, sum);
+      tail_f[size_t(s)] =
+          tail_bound(s, e, step_terms(s, e, items, stalls_only, mech, StepIndex(n)), stalls_only);
     }
     keep(t, s, e);
   }
   // Pairs (bound.h), where that stays cheap: the kPairEnds candidate steps s2 whose tail most
-  // exceeds the compute and stalls after them, each with every candidate step s1 before it.
+  // exceeds the compute and forced stalls after them (the tail without the windows term), and
+  // the kPairEnds whose tail most exceeds the compute and the windows term after them, each
+  // with every candidate step s1 before it.
   constexpr size_t kPairEnds = 4;
   std::vector<std::pair<double, StepIndex>> ends;
-  for (StepIndex s : steps) {
-    double extra = tail[size_t(s)] - sum.compute_from(s + 1) - sum.stall_from(s + 1);
-    if (extra > 0) ends.emplace_back(-extra, s);
-  }
-  std::sort(ends.begin(), ends.end());
-  if (ends.size() > kPairEnds) ends.resize(kPairEnds);
+  auto add_ends = [&](auto extra_of) {
+    std::vector<std::pair<double, StepIndex>> by;
+    for (StepIndex s : steps)
+      if (double extra = extra_of(s); extra > 0) by.emplace_back(-extra, s);
+    std::sort(by.begin(), by.end());
+    if (by.size() > kPairEnds) by.resize(kPairEnds);
+    for (auto [extra, s] : by)
+      if (std::none_of(ends.begin(), ends.end(), [&](const auto& x) { return x.second == s; }))
+        ends.emplace_back(extra, s);
+  };
+  add_ends([&](StepIndex s) {
+    return tail_f[size_t(s)] - sum.compute_from(s + 1) - sum.stall_from(s + 1);
+  });
+  add_ends([&](StepIndex s) {
+    return tail[size_t(s)] - sum.compute_from(s + 1) - sum.extra_from(s + 1);
+  });
   if (every && !ends.empty()) {
     StepIndex last = std::max_element(ends.begin(), ends.end(), [](const auto& x, const auto& y) {
                        return x.second < y.second;

@@ -117,9 +117,11 @@
 // convex in M as above. It counts a step's departures before s1 and the arrivals it forces after
 // s2 at once: VGG-19 at batch 256 and its least budget must move most of its forward
 // activations out before backward starts and bring its first block's back after step 88
-// (2026-11-30: 304.3 -> 310.0 ms). Worked out, where the whole-tensor term is (graph small
-// enough), for the 4 candidate steps s2 whose Tail(s2) most exceeds C_>s2 + F_>s2, each with
-// every candidate step s1 before it.
+// (2026-11-30: 304.3 -> 310.0 ms; 311.1 with the windows in bound(s) below). Worked out, where
+// the whole-tensor term is (graph small enough), for the 4 candidate steps s2 whose Tail(s2),
+// worked out with the forced stalls alone, most exceeds C_>s2 + F_>s2, and the 4 whose Tail(s2)
+// most exceeds C_>s2 + W_>s2, each with every candidate step s1 before it. (The second four
+// alone missed VGG-19's pair above: 308.7 ms.)
 //
 // Windows. The forced arrivals and departures above look one step ahead; a tensor can be forced
 // off over a longer stretch. Take a gap (a, b) of x (uses a < b; for a persistent tensor also

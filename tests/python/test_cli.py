@@ -179,6 +179,20 @@ with tempfile.TemporaryDirectory() as tmp:
         ok = ok and len(fwd0[0]["outputs"]) == 1 and fwd0[0]["outputs"][0] in bwd0[0]["inputs"]
     results.append(ok)
     print(f"{'PASS' if ok else 'FAIL'} --pool-indices: max pooling keeps int64 indices, its backward reads them")
+    # The bound on a real graph where two of its terms meet (compiler/plan/bound.h, "Pairs" and
+    # "Windows in bound(s)"): VGG-19 b256, momentum, --budget min on h200-pcie. The pair (57, 89)
+    # sets it at 311.1 ms: forward's departures before step 57, the first block's arrivals after
+    # step 89 and the windows after them. It was 310.0 ms without the windows, and 308.7 ms with
+    # them when the pair ends were picked by the windows alone (step 89 left out).
+    r = case("VGG-19 b256 --budget min bound", [os.path.join(MODELS, "vgg19.onnx"), "--batch", "256",
+             "--optimizer", "momentum", "--budget", "min", "--device", "h200-pcie", "--quiet"],
+             0, stream="stdout")
+    pred = json.loads(r.stdout)["statistics"]["prediction"] if r.returncode == 0 else {}
+    ok = pred.get("bound_us", 0) >= 311.0e3 and pred.get("bound_critical_step") == 57
+    ok = ok and pred["step_time_us"] >= pred["bound_us"]
+    results.append(ok)
+    print(f"{'PASS' if ok else 'FAIL'} VGG-19 b256 min: the pair (57, 89) bound, "
+          f"{pred.get('bound_us', 0) / 1e3:.1f} ms >= 311.0")
     leftovers = [f for f in os.listdir(tmp) if ".tmp" in f]
     results.append(not leftovers)
     print(f"{'PASS' if not leftovers else 'FAIL'} no temporary files left behind {leftovers}")

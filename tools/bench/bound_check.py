@@ -6,6 +6,11 @@ the bound the plan states. A bound above any of them is not a lower bound.
 
 usage: tools/bench/bound_check.py [--build build] [--models vgg19,resnet50]
                                   [--batches 32,128] [--optimizers sgd,momentum]
+                                  [--against OTHER_BUILD]
+
+--against OTHER_BUILD: also plan each case with that build's autovm-plan and compare the two
+bounds (a change to the bound should never make it lower): prints each case where this build's
+bound is below the other's, and how many rose, fell and stayed.
 
 Budgets: --budget min and 30, 40, 50, 60, 75 and 90 % of each step's peak. Prints one line per
 violation and a summary; exits 1 when there is a violation.
@@ -39,7 +44,10 @@ def main():
     ap.add_argument("--models", default="vgg16,vgg19,resnet18,mobilenet_v2,resnet50,densenet121,inception_v3,resnet152")
     ap.add_argument("--batches", default="32,128")
     ap.add_argument("--optimizers", default="sgd,momentum")
+    ap.add_argument("--against", metavar="OTHER_BUILD", help="compare the bounds with this build's")
     a = ap.parse_args()
+    other = os.path.join(a.against, "compiler/driver/autovm-plan") if a.against else None
+    rose = fell = same = 0
     exe = os.path.join(a.build, "compiler/driver/autovm-plan")
     plans = violations = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -56,6 +64,19 @@ def main():
                         pred = d["statistics"]["prediction"]
                         bound = pred["bound_us"]
                         plans += 1
+                        if other:
+                            o = plan(other, model, batch, optimizer, budget, out)
+                            was = o["statistics"]["prediction"]["bound_us"]
+                            if bound < was * (1 - 1e-9):
+                                fell += 1
+                                print(f"lower than {a.against}'s: {model} b{batch} {optimizer} {f}: "
+                                      f"{bound / 1e3:.2f} ms < {was / 1e3:.2f} ms")
+                            elif bound > was * (1 + 1e-9):
+                                rose += 1
+                                print(f"higher: {model} b{batch} {optimizer} {f}: "
+                                      f"{was / 1e3:.2f} -> {bound / 1e3:.2f} ms")
+                            else:
+                                same += 1
                         for p in [pred] + d["statistics"].get("baselines", []):
                             if p["policy"] == "demand_paging" or not p.get("fits", True):
                                 continue
@@ -64,7 +85,9 @@ def main():
                                 print(f"below the bound: {model} b{batch} {optimizer} {f}: "
                                       f"{p['policy']} {p['step_time_us'] / 1e3:.2f} ms < {bound / 1e3:.2f} ms")
     print(f"{plans} plans, {violations} below their bound")
-    return 1 if violations else 0
+    if other:
+        print(f"against {a.against}: {rose} bounds higher, {fell} lower, {same} the same")
+    return 1 if violations or fell else 0
 
 
 if __name__ == "__main__":
