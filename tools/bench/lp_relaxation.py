@@ -2,7 +2,8 @@
 """An experiment, not part of the planner: a linear-programming relaxation of the training step
 under a plan's budget, as a second lower bound to set beside compiler/plan/bound.h's.
 
-usage: lp_relaxation.py PLAN.json[.gz]...   (needs Debian's python3-scipy: HiGHS)
+usage: lp_relaxation.py [--whole MB [--time-limit S]] PLAN.json[.gz]...
+       (needs Debian's python3-scipy: HiGHS)
 
 Variables per tensor and step (the tensor's lifetime; every step for a persistent one, the step
 wrapping round): its bytes on the GPU at the step's start (Q), bytes moved to the host and back
@@ -18,6 +19,11 @@ mechanism is not duplex). Minimised: the sum of the windows. Every plan of docs/
 is a point of this LP, so its optimum is a lower bound; but a tensor may be split, so it is
 weaker than bound.h's where whole tensors matter (BENCHMARKS.md, issue 3). Fixed costs per
 transfer are left out. Prints the LP's bound beside the plan's prediction and bound.
+
+--whole MB makes the tensors of MB megabytes and up whole (a mixed-integer program: each is
+resident or not at each step, its resident bytes counting against the budget, and each of its
+recomputes whole, chain included); HiGHS's dual bound, printed when it stops (--time-limit),
+is still a lower bound, tighter than the LP's where whole tensors matter.
 """
 import gzip
 import json
@@ -47,8 +53,15 @@ def mechanism_of(plan):
     return m["to_host"]["bandwidth_gbps"] * 1e3, m["to_device"]["bandwidth_gbps"] * 1e3, m["duplex"]
 
 
-def lp_bound(p, bw_h, bw_d, duplex=True, recompute=True):
-    """The LP's optimum in microseconds (None if HiGHS finds none), from a plan document."""
+def lp_bound(p, bw_h, bw_d, duplex=True, recompute=True, whole_bytes=None, time_limit=None):
+    """The LP's optimum in microseconds (None if HiGHS finds none), from a plan document.
+
+    whole_bytes: tensors of at least this many bytes are whole (a mixed-integer program): at
+    each step of its lifetime such a tensor is resident or not (a binary; resident bytes count
+    against the budget, its bytes on the GPU are at most them), and each recompute of it is
+    whole (a binary: its chain's steps, temporaries and pinned inputs whole). Then returns
+    (lower bound, best point found or None): HiGHS's dual bound is a lower bound whether or
+    not it finishes within time_limit seconds."""
     MOV = p['options'].get('movable')
     if isinstance(MOV, str): MOV = MOV.split(',')
     T = p['tensors']; L = p['lifetimes']; S = p['steps']; n = len(S)
@@ -70,6 +83,7 @@ def lp_bound(p, bw_h, bw_d, duplex=True, recompute=True):
     def le(terms, b): rows.append(terms); rhs.append(b)
     def eq(terms, b): eq_rows.append(terms); eq_rhs.append(b)
     bounds = {}
+    binary = set()
     # windows
     for k in range(n):
         var(('w', k)); var(('sig', k))
@@ -82,9 +96,15 @@ def lp_bound(p, bw_h, bw_d, duplex=True, recompute=True):
         ks = list(ks)
         for k in ks:
             q = var(('Q', x, k)); bounds[q] = (0, bx)
-            budget_terms[k].append((q, 1.0))
-            if (x in used[k]) or (MOV is not None and T[x]['kind'] not in MOV):
+            fixed = (x in used[k]) or (MOV is not None and T[x]['kind'] not in MOV)
+            if fixed:
                 bounds[q] = (bx, bx)
+            if whole_bytes is not None and bx >= whole_bytes and not fixed:
+                r = var(('R', x, k)); bounds[r] = (0, 1); binary.add(r)
+                budget_terms[k].append((r, float(bx)))
+                le([(q, 1.0), (r, -float(bx))], 0)   # bytes on the GPU only when resident
+            else:
+                budget_terms[k].append((q, 1.0))
             h = var(('h', x, k)); d = var(('d', x, k)); P = var(('P', x, k))
             bounds[h] = (0, bx); bounds[d] = (0, bx); bounds[P] = (0, bx)
             le([(h, 1.0), (q, -1.0)], 0)          # evict only device-valid bytes
@@ -137,15 +157,21 @@ def lp_bound(p, bw_h, bw_d, duplex=True, recompute=True):
             bounds[g] = (0, 0); continue
         bx = T[x]['bytes']; bounds[g] = (0, bx)
         steps, temps, pins = ch
+        # share: the fraction of x regenerated (g / bx), or for a whole tensor a binary that
+        # is 1 when any of it is
+        share, scale = g, 1.0 / bx
+        if whole_bytes is not None and bx >= whole_bytes:
+            share = var(('y', x, k)); bounds[share] = (0, 1); binary.add(share); scale = 1.0
+            le([(g, 1.0), (share, -float(bx))], 0)
         for q in steps:
             u = var(('u', q, k)); bounds.setdefault(u, (0, 1))
-            le([(g, 1.0/bx), (u, -1.0)], 0)
+            le([(share, scale), (u, -1.0)], 0)
         for y in temps:
             t = var(('T', y, k)); bounds.setdefault(t, (0, T[y]['bytes']))
-            le([(g, T[y]['bytes']/bx), (t, -1.0)], 0)
+            le([(share, T[y]['bytes'] * scale), (t, -1.0)], 0)
         for y in pins:
             if ('Q', y, k) in cols:
-                le([(g, T[y]['bytes']/bx), (cols[('Q', y, k)], -1.0)], 0)
+                le([(share, T[y]['bytes'] * scale), (cols[('Q', y, k)], -1.0)], 0)
     for key, idx in list(cols.items()):
         if key[0] == 'u': rc_terms[key[2]].append((idx, c[key[1]]))
         if key[0] == 'T': budget_terms[key[2]].append((idx, 1.0))
@@ -176,22 +202,51 @@ def lp_bound(p, bw_h, bw_d, duplex=True, recompute=True):
         return coo_matrix((v, (r, cc)), shape=(len(rr), nv)).tocsr()
     bl = [bounds.get(i, (0, None)) for i in range(nv)]
     # scale: bytes to GB to keep numbers sane
-    res = linprog(obj, A_ub=mat(rows), b_ub=np.array(rhs), A_eq=mat(eq_rows), b_eq=np.array(eq_rhs), bounds=bl, method='highs')
-    return res.fun if res.success else None
+    if whole_bytes is None:
+        res = linprog(obj, A_ub=mat(rows), b_ub=np.array(rhs), A_eq=mat(eq_rows), b_eq=np.array(eq_rhs), bounds=bl, method='highs')
+        return res.fun if res.success else None
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    lo = np.array([b[0] if b[0] is not None else 0 for b in bl], dtype=float)
+    hi = np.array([b[1] if b[1] is not None else np.inf for b in bl], dtype=float)
+    integrality = np.zeros(nv)
+    integrality[list(binary)] = 1
+    cons = [LinearConstraint(mat(rows), -np.inf, np.array(rhs)),
+            LinearConstraint(mat(eq_rows), np.array(eq_rhs), np.array(eq_rhs))]
+    opts = {"disp": True}
+    if time_limit:
+        opts["time_limit"] = float(time_limit)
+    res = milp(obj, constraints=cons, integrality=integrality, bounds=Bounds(lo, hi), options=opts)
+    dual = getattr(res, "mip_dual_bound", None)
+    print(f"  {len(binary)} binaries of {nv} variables; {res.message}", file=sys.stderr)
+    return (dual, res.fun if res.x is not None else None)
 
 
 def main():
-    if len(sys.argv) < 2:
-        print(__doc__.split("\n\n")[1], file=sys.stderr)
-        return 2
-    for path in sys.argv[1:]:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("plans", nargs="+", metavar="PLAN.json[.gz]")
+    ap.add_argument("--whole", type=float, metavar="MB",
+                    help="tensors of at least MB megabytes (10^6 B) are whole: a mixed-integer "
+                         "program, whose dual bound HiGHS reports even when stopped")
+    ap.add_argument("--time-limit", type=float, metavar="S", help="with --whole: stop after S seconds")
+    a = ap.parse_args()
+    for path in a.plans:
         p = load(path)
         bw_h, bw_d, duplex = mechanism_of(p)
-        v = lp_bound(p, bw_h, bw_d, duplex, p["options"].get("recompute", True))
+        recompute = p["options"].get("recompute", True)
         pr = p["statistics"]["prediction"]
-        lp = f"{v / 1e3:.1f} ms" if v is not None else "no optimum"
-        print(f"{os.path.basename(path)}: LP bound {lp}, plan {pr['step_time_us'] / 1e3:.1f} ms, "
-              f"bound.h {pr['bound_us'] / 1e3:.1f} ms")
+        plan = f"plan {pr['step_time_us'] / 1e3:.1f} ms, bound.h {pr['bound_us'] / 1e3:.1f} ms"
+        if a.whole is None:
+            v = lp_bound(p, bw_h, bw_d, duplex, recompute)
+            lp = f"{v / 1e3:.1f} ms" if v is not None else "no optimum"
+            print(f"{os.path.basename(path)}: LP bound {lp}, {plan}")
+            continue
+        dual, best = lp_bound(p, bw_h, bw_d, duplex, recompute, whole_bytes=a.whole * 1e6,
+                              time_limit=a.time_limit)
+        d = f"{dual / 1e3:.1f} ms" if dual is not None else "none"
+        b = f"{best / 1e3:.1f} ms" if best is not None else "none"
+        print(f"{os.path.basename(path)}: MIP bound {d} (tensors of {a.whole:g} MB and up whole; "
+              f"best point {b}), {plan}")
     return 0
 
 
