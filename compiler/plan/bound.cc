@@ -531,7 +531,8 @@ StepTerms step_terms(StepIndex s, double e, const std::vector<OffAble>& items, c
     earlier += bytes;
   }
   // Arrivals: the M bytes due latest; those due by j arrive before step j starts, and steps
-  // j..until-1 and the stalls before j+1..until follow.
+  // j..until-1 and the stalls before j+1..until follow (to the end of the step: the windows
+  // term after j, at least those stalls).
   auto after_j = [&](StepIndex j) {
     double compute = sum.compute_to(std::min(until, n)) - sum.compute_to(j);
     double stalls = until >= n ? sum.extra_from(j + 1) : sum.stall_to(until + 1) - sum.stall_to(j + 1);
@@ -564,7 +565,8 @@ double convex_min(double lo, double hi, F f) {
   return std::min(f(lo), f(hi));
 }
 
-// bound(s) (bound.h): the least over M of Dep(M) + c_s + max(C_>s + F_>s + Rc(E - M), Arr(M)).
+// bound(s) (bound.h): the least over M of
+//   Dep(M) + c_s + max(C_>s + max(F_>s + Rc(E - M), W_>s), Arr(M)).
 // Each part is convex in M.
 double step_bound(StepIndex s, double e, const StepTerms& t, const std::vector<double>& compute_us,
                   const Prefix& sum) {
@@ -577,7 +579,7 @@ double step_bound(StepIndex s, double e, const StepTerms& t, const std::vector<d
 }
 
 // The time from the end of step s to the end of the training step, at least (bound(s)'s part
-// after s): the least over M of max(C_>s + F_>s + Rc(E - M), Arr(M)).
+// after s): the least over M of max(C_>s + max(F_>s + Rc(E - M), W_>s), Arr(M)).
 double tail_bound(StepIndex s, double e, const StepTerms& t, const Prefix& sum) {
   double stalls = sum.stall_from(s + 1), windows = sum.extra_from(s + 1);
   double c_after = sum.compute_from(s + 1);
@@ -828,8 +830,9 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
       StepTerms terms = step_terms(s, e, items, sum, mech, StepIndex(n));
       t = std::max(t, step_bound(s, e, terms, compute_us, sum));
       tail[size_t(s)] = tail_bound(s, e, terms, sum);
-      tail_f[size_t(s)] =
-          tail_bound(s, e, step_terms(s, e, items, stalls_only, mech, StepIndex(n)), stalls_only);
+      if (every)  // only the pairs use it
+        tail_f[size_t(s)] = tail_bound(
+            s, e, step_terms(s, e, items, stalls_only, mech, StepIndex(n)), stalls_only);
     }
     keep(t, s, e);
   }
