@@ -10,7 +10,8 @@ usage: tools/bench/bound_check.py [--build build] [--models vgg19,resnet50]
 
 --against OTHER_BUILD: also plan each case with that build's autovm-plan and compare the two
 bounds (a change to the bound should never make it lower): prints each case where this build's
-bound is below the other's, and how many rose, fell and stayed.
+bound is below the other's (or the other build finds no plan), and how many rose, fell and
+stayed; exits 1 when one fell.
 
 Budgets: --budget min and 30, 40, 50, 60, 75 and 90 % of each step's peak. Prints one line per
 violation and a summary; exits 1 when there is a violation.
@@ -64,8 +65,11 @@ def main():
                         pred = d["statistics"]["prediction"]
                         bound = pred["bound_us"]
                         plans += 1
-                        if other:
-                            o = plan(other, model, batch, optimizer, budget, out)
+                        o = plan(other, model, batch, optimizer, budget, out) if other else None
+                        if other and o is None:  # that build finds the budget infeasible
+                            fell += 1
+                            print(f"no plan from {a.against}: {model} b{batch} {optimizer} {f}")
+                        elif other:
                             was = o["statistics"]["prediction"]["bound_us"]
                             if bound < was * (1 - 1e-9):
                                 fell += 1

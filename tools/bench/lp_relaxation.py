@@ -54,14 +54,14 @@ def mechanism_of(plan):
 
 
 def lp_bound(p, bw_h, bw_d, duplex=True, recompute=True, whole_bytes=None, time_limit=None):
-    """The LP's optimum in microseconds (None if HiGHS finds none), from a plan document.
+    """(lower bound, best point found) in microseconds from a plan document; None where HiGHS
+    finds none. The LP's optimum is both.
 
     whole_bytes: tensors of at least this many bytes are whole (a mixed-integer program): at
     each step of its lifetime such a tensor is resident or not (a binary; resident bytes count
     against the budget, its bytes on the GPU are at most them), and each recompute of it is
-    whole (a binary: its chain's steps, temporaries and pinned inputs whole). Then returns
-    (lower bound, best point found or None): HiGHS's dual bound is a lower bound whether or
-    not it finishes within time_limit seconds."""
+    whole (a binary: its chain's steps, temporaries and pinned inputs whole). HiGHS's dual
+    bound is a lower bound whether or not it finishes within time_limit seconds."""
     MOV = p['options'].get('movable')
     if isinstance(MOV, str): MOV = MOV.split(',')
     T = p['tensors']; L = p['lifetimes']; S = p['steps']; n = len(S)
@@ -204,7 +204,7 @@ def lp_bound(p, bw_h, bw_d, duplex=True, recompute=True, whole_bytes=None, time_
     # scale: bytes to GB to keep numbers sane
     if whole_bytes is None:
         res = linprog(obj, A_ub=mat(rows), b_ub=np.array(rhs), A_eq=mat(eq_rows), b_eq=np.array(eq_rhs), bounds=bl, method='highs')
-        return res.fun if res.success else None
+        return (res.fun, res.fun) if res.success else (None, None)
     from scipy.optimize import Bounds, LinearConstraint, milp
     lo = np.array([b[0] if b[0] is not None else 0 for b in bl], dtype=float)
     hi = np.array([b[1] if b[1] is not None else np.inf for b in bl], dtype=float)
@@ -237,7 +237,7 @@ def main():
         pr = p["statistics"]["prediction"]
         plan = f"plan {pr['step_time_us'] / 1e3:.1f} ms, bound.h {pr['bound_us'] / 1e3:.1f} ms"
         if a.whole is None:
-            v = lp_bound(p, bw_h, bw_d, duplex, recompute)
+            v, _ = lp_bound(p, bw_h, bw_d, duplex, recompute)
             lp = f"{v / 1e3:.1f} ms" if v is not None else "no optimum"
             print(f"{os.path.basename(path)}: LP bound {lp}, {plan}")
             continue
