@@ -2,7 +2,7 @@
 """An experiment, not part of the planner: a linear-programming relaxation of the training step
 under a plan's budget, as a second lower bound to set beside compiler/plan/bound.h's.
 
-usage: lp_relaxation.py [--whole MB [--time-limit S]] PLAN.json[.gz]...
+usage: lp_relaxation.py [--min-mb MB] [--whole MB [--time-limit S]] PLAN.json[.gz]...
        (needs Debian's python3-scipy: HiGHS)
 
 Variables per tensor and step (the tensor's lifetime; every step for a persistent one, the step
@@ -53,7 +53,8 @@ def mechanism_of(plan):
     return m["to_host"]["bandwidth_gbps"] * 1e3, m["to_device"]["bandwidth_gbps"] * 1e3, m["duplex"]
 
 
-def lp_bound(p, bw_h, bw_d, duplex=True, recompute=True, whole_bytes=None, time_limit=None):
+def lp_bound(p, bw_h, bw_d, duplex=True, recompute=True, whole_bytes=None, time_limit=None,
+             min_bytes=0):
     """(lower bound, best point found) in microseconds from a plan document; None where HiGHS
     finds none. The LP's optimum is both.
 
@@ -61,7 +62,12 @@ def lp_bound(p, bw_h, bw_d, duplex=True, recompute=True, whole_bytes=None, time_
     each step of its lifetime such a tensor is resident or not (a binary; resident bytes count
     against the budget, its bytes on the GPU are at most them), and each recompute of it is
     whole (a binary: its chain's steps, temporaries and pinned inputs whole). HiGHS's dual
-    bound is a lower bound whether or not it finishes within time_limit seconds."""
+    bound is a lower bound whether or not it finishes within time_limit seconds.
+
+    min_bytes: tensors smaller than this are left out: not counted against the budget, never
+    moved. Every plan still gives a point (its big tensors' part), so the optimum stays a lower
+    bound, weaker by at most what the small tensors would add; the program is much smaller."""
+    rops = p['options'].get('recompute_ops')
     MOV = p['options'].get('movable')
     if isinstance(MOV, str): MOV = MOV.split(',')
     T = p['tensors']; L = p['lifetimes']; S = p['steps']; n = len(S)
@@ -87,7 +93,7 @@ def lp_bound(p, bw_h, bw_d, duplex=True, recompute=True, whole_bytes=None, time_
     # windows
     for k in range(n):
         var(('w', k)); var(('sig', k))
-    movable = [x for x in range(len(T)) if T[x]['bytes'] > 0 and L[x]['uses']]
+    movable = [x for x in range(len(T)) if T[x]['bytes'] > 0 and T[x]['bytes'] >= min_bytes and L[x]['uses']]
     budget_terms = [[] for _ in range(n)]
     budget_const = [0.0]*n
     for x in movable:
@@ -138,7 +144,8 @@ def lp_bound(p, bw_h, bw_d, duplex=True, recompute=True, whole_bytes=None, time_
         pstep = producer.get(x)
         if pstep is None: return None
         ps = S[pstep]
-        if ps['phase'] != 'forward' or ps['op'] == 'Dropout' or len(ps['outputs']) != 1 and False: return None
+        if ps['phase'] != 'forward' or ps['op'] == 'Dropout': return None
+        if rops is not None and ps['op'] not in rops: return None  # --recompute-ops
         if L[x]['persistent']: return None
         steps = {pstep}; temps = set(); pins = set()
         for y in ps['inputs']:
@@ -229,6 +236,9 @@ def main():
                     help="tensors of at least MB megabytes (10^6 B) are whole: a mixed-integer "
                          "program, whose dual bound HiGHS reports even when stopped")
     ap.add_argument("--time-limit", type=float, metavar="S", help="with --whole: stop after S seconds")
+    ap.add_argument("--min-mb", type=float, default=0, metavar="MB",
+                    help="leave out the tensors under MB megabytes (a relaxation: still a lower "
+                         "bound, and a much smaller program for large graphs)")
     a = ap.parse_args()
     for path in a.plans:
         p = load(path)
@@ -237,12 +247,12 @@ def main():
         pr = p["statistics"]["prediction"]
         plan = f"plan {pr['step_time_us'] / 1e3:.1f} ms, bound.h {pr['bound_us'] / 1e3:.1f} ms"
         if a.whole is None:
-            v, _ = lp_bound(p, bw_h, bw_d, duplex, recompute)
+            v, _ = lp_bound(p, bw_h, bw_d, duplex, recompute, min_bytes=a.min_mb * 1e6)
             lp = f"{v / 1e3:.1f} ms" if v is not None else "no optimum"
             print(f"{os.path.basename(path)}: LP bound {lp}, {plan}")
             continue
         dual, best = lp_bound(p, bw_h, bw_d, duplex, recompute, whole_bytes=a.whole * 1e6,
-                              time_limit=a.time_limit)
+                              time_limit=a.time_limit, min_bytes=a.min_mb * 1e6)
         d = f"{dual / 1e3:.1f} ms" if dual is not None else "none"
         b = f"{best / 1e3:.1f} ms" if best is not None else "none"
         print(f"{os.path.basename(path)}: MIP bound {d} (tensors of {a.whole:g} MB and up whole; "
