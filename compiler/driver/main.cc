@@ -48,7 +48,10 @@ options:
                         rtx3060-12gb, v100-16gb-pcie, a100-40gb-pcie) or a JSON file
                         (default: h200-pcie)
   --mechanism NAME      transfer mechanism of the profile (default: the profile's own)
-  --step-times FILE     measured step times (JSON) that replace the cost model's
+  --step-times FILE     measured step times in microseconds that replace the cost model's
+                        (JSON: {"step_us": [...]}, one per step, or {"by_node":
+                        {"<node>/<op>": us}} for the steps named), e.g. from the PyTorch
+                        adapter's profile run
   --reserve FILE        memory the trainer holds beyond the graph's tensors at each step
                         (JSON: {"step_bytes": [...]} or {"by_node": {...}}, e.g. from the
                         PyTorch adapter's memory trace), planned as part of each step's
