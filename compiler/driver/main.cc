@@ -89,6 +89,9 @@ options:
                         reads them and its input, not its output, as PyTorch's autograd
                         does; the PyTorch adapter moves them like any saved tensor
                         (default: backward reads the pooling's output, as ONNX has it)
+  --explain-bound       the summary also shows how the lower bound is made: the term that
+                        sets it and bound(s) at the steps where it is worked out
+                        (compiler/plan/bound.h); with --quiet, only that
   --quiet               no summary on standard error
   -h, --help            this text
   --version             the version
@@ -248,6 +251,8 @@ Args parse_args(int argc, char** argv, bool& done) {
       a.bucket_given = true;
     } else if (arg == "--pool-indices") {
       a.options.pool_indices = true;
+    } else if (arg == "--explain-bound") {
+      a.options.explain_bound = true;
     } else if (arg == "--quiet") {
       a.quiet = true;
     } else if (!arg.empty() && arg[0] == '-' && arg != "-") {
@@ -322,6 +327,7 @@ int run(int argc, char** argv, const Heap& heap) {
   autovm::Plan& plan = *new autovm::Plan(autovm::make_plan_keeping_model(a.model, a.options, model));
   if (a.pytorch_memory) plan.pytorch_memory = autovm::predict_pytorch_memory(plan.training.graph);
   if (!a.quiet) std::fputs(autovm::plan_summary(plan).c_str(), stderr);
+  if (plan.bound_terms) std::fputs(autovm::bound_explanation(plan).c_str(), stderr);
   autovm::PassTimer timer;
   if (a.output.empty() || a.output == "-") {
     autovm::write_plan_json(plan, [](std::string_view piece) {

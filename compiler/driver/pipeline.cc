@@ -73,7 +73,7 @@ void plan_under_budget(Plan& plan) {
   auto bound_now = [&] {
     return lower_bound(g, plan.lifetimes, plan.timeline.total, plan.compute_us, budget, mech,
                        plan.options.movable, plan.options.allow_recompute,
-                       plan.options.recompute_ops);
+                       plan.options.recompute_ops, plan.options.explain_bound);
   };
   if (swaps) {
     // Strategies, judged by the simulator: moving tensors; moving with single-step
@@ -249,6 +249,7 @@ void plan_under_budget(Plan& plan) {
   plan.bound_us = bound->bound_us;
   plan.bound_critical_step = bound->critical_step;
   plan.bound_must_move_bytes = bound->must_move_bytes;
+  if (plan.options.explain_bound) plan.bound_terms = std::make_shared<StepTimeBound>(*bound);
   if (!swaps) return;
   plan.baselines.push_back(predict("no_swap", resident, plan.timeline.peak_bytes, budget));
   plan.baselines.push_back(predict(

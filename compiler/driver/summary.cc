@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "emit/plan_json.h"
+#include "plan/bound.h"
 #include "util/size.h"
 
 namespace autovm {
@@ -16,7 +17,54 @@ std::string shape_text(const Shape& s) {
   return out + "]";
 }
 
+std::string ms(double us) { return fmt::format("{:.1f} ms", us / 1e3); }
+std::string gb(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
+
 }  // namespace
+
+std::string bound_explanation(const Plan& plan) {
+  const StepTimeBound& b = *plan.bound_terms;
+  const TrainingGraph& g = plan.training.graph;
+  auto step_name = [&](StepIndex s) {
+    return fmt::format("{} ({} {})", s, g.step(s).node.empty() ? g.step(s).op : g.step(s).node,
+                       name(g.step(s).phase));
+  };
+  std::string out = fmt::format(
+      "lower bound {} (compiler/plan/bound.h): compute C {}, forced stalls {}, C + the windows "
+      "term {}\n",
+      ms(b.bound_us), ms(b.compute_us), ms(b.forced_stall_us), ms(b.compute_us + b.window_stall_us));
+  std::string set_by = b.set_by;
+  if (set_by == "pair")
+    out += fmt::format("  set by the pair of steps {} and {}\n", step_name(b.critical_step),
+                       step_name(b.pair_end));
+  else if (set_by == "step" || set_by == "whole tensor")
+    out += fmt::format("  set by {} at step {}\n", set_by == "step" ? "bound(s)" : "the whole-tensor term",
+                       step_name(b.critical_step));
+  else
+    out += fmt::format("  set by {}\n", set_by == "windows" ? "C + the windows term" : "C alone");
+  if (b.steps.empty()) return out;
+  std::vector<StepBoundTerms> by = b.steps;
+  std::stable_sort(by.begin(), by.end(), [](const StepBoundTerms& x, const StepBoundTerms& y) {
+    return x.bound_us > y.bound_us;
+  });
+  constexpr size_t kShown = 12;
+  out += fmt::format(
+      "  bound(s) at {} of the {} steps where it is worked out, the highest first; M is the\n"
+      "  moved bytes that give the least, Dep(M) the earliest start of s, Rc(E - M) the least\n"
+      "  recompute of the rest, Arr(M) the arrivals after s:\n",
+      std::min(kShown, by.size()), by.size());
+  out += fmt::format("  {:>6} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}\n",
+                     "step", "excess E", "off-able", "regenerable", "moved M", "Dep(M)",
+                     "Rc(E-M)", "Arr(M)", "bound(s)", "whole tensor");
+  for (size_t i = 0; i < std::min(kShown, by.size()); ++i) {
+    const StepBoundTerms& t = by[i];
+    out += fmt::format("  {:>6} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}\n",
+                       t.step, gb(t.excess_bytes), gb(t.off_able_bytes), gb(t.regenerable_bytes),
+                       gb(t.moved_bytes), ms(t.departure_us), ms(t.recompute_us),
+                       ms(t.arrival_us), ms(t.bound_us), ms(t.whole_tensor_us));
+  }
+  return out;
+}
 
 std::string plan_summary(const Plan& plan) {
   const TrainingGraph& g = plan.training.graph;
@@ -87,7 +135,6 @@ std::string plan_summary(const Plan& plan) {
   }
   if (!plan.compute_us.empty()) {
     const Prediction& p = plan.prediction;
-    auto ms = [](double us) { return fmt::format("{:.1f} ms", us / 1000); };
     line("device", fmt::format("{}, mechanism {}", plan.device, plan.mechanism));
     if (!plan.actions.empty()) {
       int counts[5] = {0, 0, 0, 0, 0};

@@ -554,28 +554,43 @@ StepTerms step_terms(StepIndex s, double e, const std::vector<OffAble>& items, c
   return t;
 }
 
-// The least of a function convex on [lo, hi], by ternary search.
+// The least of a function convex on [lo, hi], by ternary search, and where it is.
 template <typename F>
-double convex_min(double lo, double hi, F f) {
+std::pair<double, double> convex_argmin(double lo, double hi, F f) {
   for (int i = 0; i < 100 && hi - lo > 0.5; ++i) {
     double m1 = lo + (hi - lo) / 3, m2 = hi - (hi - lo) / 3;
     if (f(m1) <= f(m2)) hi = m2;
     else lo = m1;
   }
-  return std::min(f(lo), f(hi));
+  double at_lo = f(lo), at_hi = f(hi);
+  return at_lo <= at_hi ? std::pair{at_lo, lo} : std::pair{at_hi, hi};
+}
+
+template <typename F>
+double convex_min(double lo, double hi, F f) {
+  return convex_argmin(lo, hi, f).first;
 }
 
 // bound(s) (bound.h): the least over M of
-//   Dep(M) + c_s + max(C_>s + max(F_>s + Rc(E - M), W_>s), Arr(M)).
-// Each part is convex in M.
-double step_bound(StepIndex s, double e, const StepTerms& t, const std::vector<double>& compute_us,
-                  const Prefix& sum) {
+//   Dep(M) + c_s + max(C_>s + max(F_>s + Rc(E - M), W_>s), Arr(M)),
+// with the M that attains it and the terms there. Each part is convex in M.
+StepBoundTerms step_bound(StepIndex s, double e, const StepTerms& t,
+                          const std::vector<double>& compute_us, const Prefix& sum) {
   double stalls = sum.stall_from(s + 1), windows = sum.extra_from(s + 1);
   double c_after = sum.compute_from(s + 1);
-  return convex_min(t.lo, t.hi, [&](double moved) {
+  auto [least, m] = convex_argmin(t.lo, t.hi, [&](double moved) {
     return t.departure(moved) + compute_us[size_t(s)] +
            std::max(c_after + std::max(stalls + t.rc(e - moved), windows), t.arrival(moved));
   });
+  StepBoundTerms r;
+  r.step = s;
+  r.excess_bytes = e;
+  r.moved_bytes = m;
+  r.departure_us = t.departure(m);
+  r.recompute_us = t.rc(e - m);
+  r.arrival_us = t.arrival(m);
+  r.bound_us = least;
+  return r;
 }
 
 // The time from the end of step s to the end of the training step, at least (bound(s)'s part
@@ -769,7 +784,8 @@ std::vector<StepIndex> candidate_steps(const std::vector<int64_t>& live, int64_t
 StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& life,
                           const std::vector<int64_t>& live, const std::vector<double>& compute_us,
                           int64_t budget, const Mechanism& mech, MovableKinds movable,
-                          bool allow_recompute, const RecomputeOps& recompute_ops) {
+                          bool allow_recompute, const RecomputeOps& recompute_ops,
+                          bool explain) {
   StepTimeBound b;
   size_t n = std::min(live.size(), compute_us.size());
   Prefix sum;
@@ -791,6 +807,7 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
   for (size_t s = 0; s < n; ++s) sum.stall[s + 1] = sum.stall[s] + forced[s];
   b.forced_stall_us = sum.stall[n];
   b.bound_us = b.compute_us + b.forced_stall_us;
+  b.set_by = "windows";
   constexpr double kWindowWork = 5e7;
   std::vector<Window> windows =
       forced_windows(g, life, unavoidable, budget, mech, regeneration, movable);
@@ -810,10 +827,12 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
   bool every = double(over.size()) * double(g.tensors.size()) <= kWholeTensorWork;
   std::vector<bool> candidate(n, false);
   for (StepIndex s : steps) candidate[size_t(s)] = true;
-  auto keep = [&](double t, StepIndex s, double e) {
+  auto keep = [&](double t, StepIndex s, double e, const char* term, StepIndex s2 = -1) {
     if (t > b.bound_us) {
       b.bound_us = t;
+      b.set_by = term;
       b.critical_step = s;
+      b.pair_end = s2;
       b.must_move_bytes = int64_t(e);
     }
   };
@@ -826,15 +845,28 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
     double e = double(live[size_t(s)] - budget);
     auto items = off_able_at(g, life, s, compute_us, regeneration, movable);
     double t = whole_tensor_bound(s, e, items, sum, mech);
+    const char* term = "whole tensor";
     if (candidate[size_t(s)]) {
       StepTerms terms = step_terms(s, e, items, sum, mech, StepIndex(n));
-      t = std::max(t, step_bound(s, e, terms, compute_us, sum));
+      StepBoundTerms at_s = step_bound(s, e, terms, compute_us, sum);
+      at_s.whole_tensor_us = t;
+      if (at_s.bound_us > t) {
+        t = at_s.bound_us;
+        term = "step";
+      }
+      if (explain) {
+        for (const OffAble& it : items) {
+          at_s.off_able_bytes += double(it.bytes);
+          if (!std::isinf(it.cost)) at_s.regenerable_bytes += double(it.bytes);
+        }
+        b.steps.push_back(at_s);
+      }
       tail[size_t(s)] = tail_bound(s, e, terms, sum);
       if (every)  // only the pairs use it
         tail_f[size_t(s)] = tail_bound(
             s, e, step_terms(s, e, items, stalls_only, mech, StepIndex(n)), stalls_only);
     }
-    keep(t, s, e);
+    keep(t, s, e, term);
   }
   // Pairs (bound.h), where that stays cheap: the kPairEnds candidate steps s2 whose tail most
   // exceeds the compute and forced stalls after them (the tail without the windows term), and
@@ -869,11 +901,11 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
       for (auto [extra, s2] : ends) {
         if (s2 <= s1) continue;
         StepTerms terms = step_terms(s1, e1, items, sum, mech, s2);
-        keep(pair_bound(s1, e1, terms, s2, tail[size_t(s2)], compute_us, sum), s1, e1);
+        keep(pair_bound(s1, e1, terms, s2, tail[size_t(s2)], compute_us, sum), s1, e1, "pair", s2);
       }
     }
   }
-  keep(b.compute_us + b.window_stall_us, -1, 0);  // last: a tie keeps the step that set it
+  keep(b.compute_us + b.window_stall_us, -1, 0, "windows");  // last: a tie keeps the step that set it
   return b;
 }
 

@@ -187,19 +187,40 @@
 
 namespace autovm {
 
+// bound(s) at one step s and its terms at the M that attains it (autovm-plan --explain-bound).
+struct StepBoundTerms {
+  StepIndex step = -1;
+  double excess_bytes = 0;       // E(s)
+  double off_able_bytes = 0;     // live(s) - unavoidable(s)
+  double regenerable_bytes = 0;  // the off-able bytes some recompute can make again
+  double moved_bytes = 0;        // M
+  double departure_us = 0;       // Dep(M): the earliest step s can start
+  double recompute_us = 0;       // Rc(E - M)
+  double arrival_us = 0;         // Arr(M): from the end of s
+  double bound_us = 0;           // bound(s)
+  double whole_tensor_us = 0;    // the whole-tensor term at s (bound.h, Whole tensors)
+};
+
 struct StepTimeBound {
   double bound_us = 0;
   double compute_us = 0;          // C
   double forced_stall_us = 0;     // sum over steps b of max(F(b), D(b)): forced arrivals and departures
   double window_stall_us = 0;     // the windows term's stalls (>= forced_stall_us): bound.h, Windows
   StepIndex critical_step = -1;   // the s that sets the bound (-1: C + the windows term)
+  StepIndex pair_end = -1;        // s2 when the pair (critical_step, s2) sets it; else -1
+  // Which term sets it: "compute" (nothing over the budget), "windows" (C + the windows
+  // term, at least the forced stalls), "step" (bound(s)), "whole tensor" or "pair".
+  const char* set_by = "compute";
   int64_t must_move_bytes = 0;    // E(s) at that step, moved or regenerated
+  // With `explain`: bound(s) at every candidate step, in step order.
+  std::vector<StepBoundTerms> steps;
 };
 
 StepTimeBound lower_bound(const TrainingGraph& graph, const std::vector<Lifetime>& life,
                           const std::vector<int64_t>& live_bytes,
                           const std::vector<double>& compute_us, int64_t budget_bytes,
                           const Mechanism& mechanism, MovableKinds movable = {},
-                          bool allow_recompute = true, const RecomputeOps& recompute_ops = {});
+                          bool allow_recompute = true, const RecomputeOps& recompute_ops = {},
+                          bool explain = false);
 
 }  // namespace autovm

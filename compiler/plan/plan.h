@@ -2,6 +2,7 @@
 // (schemas/plan.schema.json). Built by the driver's pipeline of passes; read by the emitter.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,8 +45,11 @@ struct PlanOptions {
   int64_t conv_workspace_limit = int64_t(256) << 20;
   training::DataParallelOptions data_parallel;  // --data-parallel, --bucket-mb
   bool pool_indices = false;  // --pool-indices: max pooling keeps int64 indices (PyTorch)
+  bool explain_bound = false;  // --explain-bound: keep the bound's terms (Plan::bound_terms)
   int64_t alignment = 256;
 };
+
+struct StepTimeBound;  // plan/bound.h
 
 enum class ActionKind { prefetch, evict, discard, recompute, advise };
 
@@ -98,6 +102,7 @@ struct Plan {
   double bound_us = 0;
   StepIndex bound_critical_step = -1;
   int64_t bound_must_move_bytes = 0;
+  std::shared_ptr<const StepTimeBound> bound_terms;  // with --explain-bound: how it is made
   std::vector<Prediction> baselines;
 
   // What plain PyTorch would allocate (autovm-plan --memory-model pytorch); absent otherwise.

@@ -193,6 +193,20 @@ with tempfile.TemporaryDirectory() as tmp:
     results.append(ok)
     print(f"{'PASS' if ok else 'FAIL'} VGG-19 b256 min: the pair (57, 89) bound, "
           f"{pred.get('bound_us', 0) / 1e3:.1f} ms >= 311.0")
+    # --explain-bound shows how that bound is made, even with --quiet: the same figure, the pair
+    # that sets it, and bound(s) at the steps where it is worked out, none above the bound.
+    r = case("--explain-bound", [os.path.join(MODELS, "vgg19.onnx"), "--batch", "256",
+             "--optimizer", "momentum", "--budget", "min", "--device", "h200-pcie", "--quiet",
+             "--explain-bound", "-o", os.path.join(tmp, "explained.json")], 0,
+             f"lower bound {pred.get('bound_us', 0) / 1e3:.1f} ms", "set by the pair of steps 57 (",
+             ") and 89 (", "Rc(E-M)")
+    rows = [ln.split() for ln in r.stderr.splitlines() if ln.strip()[:1].isdigit()]
+    step_bounds = [float(row[15]) for row in rows if len(row) == 19]
+    ok = bool(step_bounds) and max(step_bounds) <= pred.get("bound_us", 0) / 1e3 + 0.05
+    ok = ok and "autovm-plan:" not in r.stderr  # --quiet: no summary
+    results.append(ok)
+    print(f"{'PASS' if ok else 'FAIL'} --explain-bound: {len(step_bounds)} steps' bound(s), "
+          f"the highest {max(step_bounds, default=0):.1f} ms, at most the bound")
     leftovers = [f for f in os.listdir(tmp) if ".tmp" in f]
     results.append(not leftovers)
     print(f"{'PASS' if not leftovers else 'FAIL'} no temporary files left behind {leftovers}")

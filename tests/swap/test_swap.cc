@@ -156,6 +156,7 @@ TEST_CASE("the lower bound, worked by hand") {
     CHECK(b.forced_stall_us == doctest::Approx(200));
     CHECK(b.bound_us == doctest::Approx(250).epsilon(1e-6));
     CHECK(b.critical_step == -1);  // C + forced stalls: no step's bound is larger
+    CHECK(std::string(b.set_by) == "windows");
     CHECK(b.compute_us == doctest::Approx(50));
     auto p = plan(g, 200, false);
     CHECK(simulate(g, p, c, slow_link(), DeviceProfile{}).step_time_us >= b.bound_us);
@@ -171,7 +172,8 @@ TEST_CASE("the lower bound, worked by hand") {
     // 20 + M; they are back before its next use (step 4, deadline): M + C_>=4 = M + 10 after
     // step 2 ends:
     //   f(M) = 20 + M + 10 + max(20 + 0.1 (100 - M), M + 10), least at M = 0: 60 us.
-    // Step 3 (E = 50): max(30, 20 + M) + 10 + max(10 + 0.1 (50 - M), M + 10): 55 at M = 0.
+    // Step 3 (E = 50): max(30, 20 + M) + 10 + max(10 + 0.1 (50 - M), M + 10): least where the
+    // last two meet, M = 50/11, 40 + 10 + 50/11 = 54.5 us.
     // Bound: 60 us at step 2, that of the best plan (discard a, recompute it before step 4).
     // (Without release times and deadlines it was 58 us, with M = 20 leaving by step 2 while
     // compute ran since step 0.)
@@ -181,6 +183,27 @@ TEST_CASE("the lower bound, worked by hand") {
     CHECK(b.critical_step == 2);
     CHECK(simulate(g, plan(g, 200, true), c, slow_link(), DeviceProfile{}).step_time_us ==
           doctest::Approx(60));
+    // Explained (autovm-plan --explain-bound): the same bound, set by bound(2), and its terms at
+    // M = 0: Dep(0) = C_<2 = 20, Rc(100) = 10, Arr(0) = C_>=4 = 10; a (100 B) is off-able and
+    // regenerable. Steps 2 and 3 are the over-budget ones, both worked out.
+    CHECK(b.steps.empty());  // only when asked
+    auto x = lower_bound(g, life, tl.total, c, 200, slow_link(), MovableKinds{}, true, {}, true);
+    CHECK(x.bound_us == doctest::Approx(b.bound_us));
+    CHECK(std::string(x.set_by) == "step");
+    REQUIRE(x.steps.size() == 2);
+    const StepBoundTerms& t = x.steps[0];
+    CHECK(t.step == 2);
+    CHECK(t.excess_bytes == 100);
+    CHECK(t.off_able_bytes == 100);
+    CHECK(t.regenerable_bytes == 100);
+    CHECK(t.moved_bytes == doctest::Approx(0).epsilon(1e-3));
+    CHECK(t.departure_us == doctest::Approx(20));
+    CHECK(t.recompute_us == doctest::Approx(10));
+    CHECK(t.arrival_us == doctest::Approx(10));
+    CHECK(t.bound_us == doctest::Approx(60).epsilon(1e-6));
+    CHECK(x.steps[1].step == 3);
+    CHECK(x.steps[1].moved_bytes == doctest::Approx(50.0 / 11).epsilon(0.1));  // within 0.5 B
+    CHECK(x.steps[1].bound_us == doctest::Approx(50 + 50.0 / 11).epsilon(1e-3));
   }
   SUBCASE("the same without recomputation: a must be moved, as if made by a dropout") {
     TrainingGraph g = five_steps("Conv");
