@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "emit/plan_json.h"
@@ -47,16 +48,22 @@ std::string bound_explanation(const Plan& plan) {
   std::stable_sort(by.begin(), by.end(), [](const StepBoundTerms& x, const StepBoundTerms& y) {
     return x.bound_us > y.bound_us;
   });
+  // The highest kShown, and the step with the most excess after them when it is not among them.
   constexpr size_t kShown = 12;
+  auto most = std::max_element(by.begin(), by.end(), [](const auto& x, const auto& y) {
+    return x.excess_bytes < y.excess_bytes;
+  });
+  if (size_t(most - by.begin()) >= kShown) std::rotate(by.begin() + kShown, most, most + 1);
+  size_t shown = std::min(by.size(), kShown + (size_t(most - by.begin()) >= kShown ? 1 : 0));
   out += fmt::format(
-      "  bound(s) at {} of the {} steps where it is worked out, the highest first; M is the\n"
-      "  moved bytes that give the least, Dep(M) the earliest start of s, Rc(E - M) the least\n"
-      "  recompute of the rest, Arr(M) the arrivals after s:\n",
-      std::min(kShown, by.size()), by.size());
+      "  bound(s) at {} of the {} steps where it is worked out, the highest first (and the step\n"
+      "  with the most excess E); M is the moved bytes that give the least, Dep(M) the earliest\n"
+      "  start of s, Rc(E - M) the least recompute of the rest, Arr(M) the arrivals after s:\n",
+      shown, by.size());
   out += fmt::format("  {:>6} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}\n",
                      "step", "excess E", "off-able", "regenerable", "moved M", "Dep(M)",
                      "Rc(E-M)", "Arr(M)", "bound(s)", "whole tensor");
-  for (size_t i = 0; i < std::min(kShown, by.size()); ++i) {
+  for (size_t i = 0; i < shown; ++i) {
     const StepBoundTerms& t = by[i];
     out += fmt::format("  {:>6} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}\n",
                        t.step, gb(t.excess_bytes), gb(t.off_able_bytes), gb(t.regenerable_bytes),

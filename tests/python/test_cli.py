@@ -207,6 +207,31 @@ with tempfile.TemporaryDirectory() as tmp:
     results.append(ok)
     print(f"{'PASS' if ok else 'FAIL'} --explain-bound: {len(step_bounds)} steps' bound(s), "
           f"the highest {max(step_bounds, default=0):.1f} ms, at most the bound")
+    # tools/bench/replan.py remakes a plan from its own options, step times and reserve: with the
+    # same build, byte for byte. The first plan has measured times and a reserve of its own.
+    times, reserve = os.path.join(tmp, "times.json"), os.path.join(tmp, "reserve.json")
+    first = os.path.join(tmp, "first.json")
+    r = case("plan for replan.py", [RESNET18, "--batch", "8", "--optimizer", "momentum", "--quiet", "-o",
+                                    os.path.join(tmp, "base.json")], 0)
+    base = json.load(open(os.path.join(tmp, "base.json"))) if r.returncode == 0 else {"steps": []}
+    json.dump({"step_us": [s["compute_us"] * (1 + (i % 3) / 10) for i, s in enumerate(base["steps"])]},
+              open(times, "w"))
+    json.dump({"step_bytes": [(i % 5) * 65536 for i in range(len(base["steps"]))]}, open(reserve, "w"))
+    case("a plan with measured times and a reserve", [RESNET18, "--batch", "8", "--budget", "230MB",
+         "--optimizer", "momentum", "--recompute-ops", "BatchNormalization,Relu", "--movable",
+         "activation,gradient", "--pool-indices", "--step-times", times, "--reserve", reserve,
+         "--quiet", "-o", first], 0)
+    again = os.path.join(tmp, "again.json")
+    replan = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "bench",
+                          "replan.py")
+    r = subprocess.run([sys.executable, replan, first, RESNET18, "-o", again, "--planner", PLAN,
+                        "--", "--quiet"], capture_output=True, text=True)
+    same = r.returncode == 0 and os.path.exists(again) and open(first, "rb").read() == open(again, "rb").read()
+    ok = same and "--step-times" in r.stdout and "--movable gradient,activation" in r.stdout
+    results.append(ok)
+    print(f"{'PASS' if ok else 'FAIL'} replan.py remakes the plan byte for byte")
+    if not ok:
+        print("  ", r.stdout[-800:], r.stderr[-800:])
     leftovers = [f for f in os.listdir(tmp) if ".tmp" in f]
     results.append(not leftovers)
     print(f"{'PASS' if not leftovers else 'FAIL'} no temporary files left behind {leftovers}")
