@@ -225,6 +225,7 @@ void plan_under_budget(Plan& plan) {
       }
     double best = 0;
     for (auto& c : candidates) {
+      keep_transfers_off_recompute_reads(g, c);  // already so, unless a pass left it
       SimResult r = simulate(g, c, plan.compute_us, mech, device);
       if (plan.actions.empty() || r.step_time_us < best) {
         best = r.step_time_us;

@@ -583,12 +583,40 @@ void sort_actions(std::vector<Action>& actions) {
   });
 }
 
+}  // namespace
+
+void keep_transfers_off_recompute_reads(const TrainingGraph& g, std::vector<Action>& actions) {
+  std::vector<std::vector<StepIndex>> reads(g.tensors.size());  // by tensor: steps, sorted
+  for (const Action& a : actions)
+    if (a.kind == ActionKind::recompute)
+      for (TensorId in : g.step(a.source_step).inputs) reads[size_t(in)].push_back(a.ready_before_step);
+  for (std::vector<StepIndex>& r : reads) {
+    std::sort(r.begin(), r.end());
+    r.erase(std::unique(r.begin(), r.end()), r.end());
+  }
+  for (Action& a : actions) {
+    if (a.kind != ActionKind::evict && a.kind != ActionKind::prefetch) continue;
+    const std::vector<StepIndex>& r = reads[size_t(a.tensor)];
+    auto first = std::lower_bound(r.begin(), r.end(), a.after_step + 1);
+    if (first == r.end() || *first > a.ready_before_step - 1) continue;
+    if (a.kind == ActionKind::prefetch) {
+      a.ready_before_step = *first;
+    } else {
+      auto last = std::upper_bound(first, r.end(), a.ready_before_step - 1);
+      a.after_step = *std::prev(last);
+    }
+  }
+  sort_actions(actions);
+}
+
+namespace {
+
 // Sorts `trial` and simulates it (one of `left` simulations); when it is faster than `sim`,
 // it replaces `actions` and its simulation `sim`. Returns whether it did.
 bool keep_if_faster(const TrainingGraph& g, const std::vector<double>& compute_us,
                     const Mechanism& mech, const DeviceProfile& device, std::vector<Action>& trial,
                     std::vector<Action>& actions, SimResult& sim, int& left) {
-  sort_actions(trial);
+  keep_transfers_off_recompute_reads(g, trial);
   SimResult r = simulate(g, trial, compute_us, mech, device);
   --left;
   if (r.step_time_us >= sim.step_time_us) return false;
@@ -642,7 +670,7 @@ std::vector<std::pair<double, size_t>> stalled_transfers(const TrainingGraph& g,
 double delay_transfers(const TrainingGraph& g, const std::vector<double>& compute_us,
                        const Mechanism& mech, const DeviceProfile& device,
                        std::vector<Action>& actions, int max_simulations) {
-  sort_actions(actions);
+  keep_transfers_off_recompute_reads(g, actions);
   SimResult sim = simulate(g, actions, compute_us, mech, device);
   int left = max_simulations - 1;
   // Whether two transfers share a copy queue (one per direction; one in all when not duplex).
@@ -682,7 +710,7 @@ double postpone_for_evictions(const TrainingGraph& g, const std::vector<Lifetime
                               const std::vector<double>& compute_us, const Mechanism& mech,
                               const DeviceProfile& device, int64_t budget_bytes,
                               std::vector<Action>& actions, int max_simulations) {
-  sort_actions(actions);
+  keep_transfers_off_recompute_reads(g, actions);
   SimResult sim = simulate(g, actions, compute_us, mech, device);
   int left = max_simulations - 1;
   const StepIndex n = g.step_count();
@@ -960,7 +988,7 @@ double regenerate_moved(const TrainingGraph& g, const std::vector<Lifetime>& lif
                         const DeviceProfile& device, int64_t budget_bytes, MovableKinds movable,
                         const RecomputeOps& recompute_ops, std::vector<Action>& actions,
                         int max_simulations, StepIndex earlier_steps) {
-  sort_actions(actions);
+  keep_transfers_off_recompute_reads(g, actions);
   SimResult sim = simulate(g, actions, compute_us, mech, device);
   int left = max_simulations - 1;
   auto same_queue = [&](const Action& a, const Action& b) { return !mech.duplex || a.kind == b.kind; };
@@ -1063,7 +1091,7 @@ std::vector<Action> plan_swaps(const TrainingGraph& g, const std::vector<Lifetim
   std::vector<Action> actions = to_actions(g, life, chosen, mech);
   actions.insert(actions.begin(), base.begin(), base.end());
   widen(g, life, o.budget_bytes, compute_us, actions);
-  sort_actions(actions);
+  keep_transfers_off_recompute_reads(g, actions);
   return actions;
 }
 

@@ -83,6 +83,17 @@ std::vector<Action> plan_swaps(const TrainingGraph& graph, const std::vector<Lif
                                const std::vector<double>& compute_us, const Mechanism& mechanism,
                                const SwapOptions& options, std::vector<Action> base = {});
 
+// A recompute reads the inputs of its source step where it runs, just before its
+// ready_before_step t: a use of each at t (rule 3 of docs/execution-model.md), so no transfer
+// of one may be in flight there. Makes every transfer keep clear of those reads: a prefetch
+// whose [after_step + 1, ready_before_step - 1] holds such a t is due before the first of them
+// (step t then waits for it, as the runtime does before running the recompute); an eviction,
+// issued after the last of them. Residency is unchanged (a prefetched tensor counts from
+// after_step + 1, an evicted one through ready_before_step - 1), so the budget still holds.
+// Then sorts the actions as plan_swaps does. plan_swaps and the passes below apply it to every
+// plan they make or simulate.
+void keep_transfers_off_recompute_reads(const TrainingGraph& graph, std::vector<Action>& actions);
+
 // A pass judged by the simulator (simulator.h), after plan_swaps: copy streams run in issue
 // order, so a transfer issued early with a late deadline can hold up a later one that a step
 // waits for. For the transfer each stalled step waited for last (the worst stall first), each

@@ -227,15 +227,31 @@ class Verifier {
   }
 
   // Rule 3: no use of a tensor while it is being copied, in [after_step + 1, ready_before_step - 1].
+  // A recompute before step t reads its source step's inputs at t: a use too.
   void check_transfers() {
+    std::map<TensorId, std::set<StepIndex>> read_by_recompute;
+    for (const Action& a : p_.actions)
+      if (a.kind == ActionKind::recompute)
+        for (TensorId in : p_.steps[static_cast<size_t>(a.source_step)].inputs)
+          read_by_recompute[in].insert(a.ready_before_step);
     for (const Action& a : p_.actions) {
       if (a.kind != ActionKind::evict && a.kind != ActionKind::prefetch) continue;
       const std::vector<StepIndex>& uses = a_.lifetimes[static_cast<size_t>(a.tensor)].uses;
       auto it = std::lower_bound(uses.begin(), uses.end(), a.after_step + 1);
-      if (it != uses.end() && *it <= a.ready_before_step - 1)
+      if (it != uses.end() && *it <= a.ready_before_step - 1) {
         add(3, *it, a.tensor,
             fmt::format("{} is in flight during a use (no use may fall in [{}, {}])", what(a),
                         a.after_step + 1, a.ready_before_step - 1));
+        continue;
+      }
+      auto reads = read_by_recompute.find(a.tensor);
+      if (reads == read_by_recompute.end()) continue;
+      auto r = reads->second.lower_bound(a.after_step + 1);
+      if (r != reads->second.end() && *r <= a.ready_before_step - 1)
+        add(3, *r, a.tensor,
+            fmt::format("{} is in flight where a recompute before {} reads it (no use may fall "
+                        "in [{}, {}])", what(a), step_label(p_, *r), a.after_step + 1,
+                        a.ready_before_step - 1));
     }
   }
 
