@@ -34,15 +34,20 @@ std::string bound_explanation(const Plan& plan) {
       "lower bound {} (compiler/plan/bound.h): compute C {}, forced stalls {}, C + the windows "
       "term {}\n",
       ms(b.bound_us), ms(b.compute_us), ms(b.forced_stall_us), ms(b.compute_us + b.window_stall_us));
-  std::string set_by = b.set_by;
-  if (set_by == "pair")
-    out += fmt::format("  set by the pair of steps {} and {}\n", step_name(b.critical_step),
-                       step_name(b.pair_end));
-  else if (set_by == "step" || set_by == "whole tensor")
-    out += fmt::format("  set by {} at step {}\n", set_by == "step" ? "bound(s)" : "the whole-tensor term",
-                       step_name(b.critical_step));
-  else
-    out += fmt::format("  set by {}\n", set_by == "windows" ? "C + the windows term" : "C alone");
+  switch (b.set_by) {
+    case BoundTerm::pair:
+      out += fmt::format("  set by the pair of steps {} and {}\n", step_name(b.critical_step),
+                         step_name(b.pair_end));
+      break;
+    case BoundTerm::step:
+    case BoundTerm::whole_tensor:
+      out += fmt::format("  set by {} at step {}\n",
+                         b.set_by == BoundTerm::step ? "bound(s)" : "the whole-tensor term",
+                         step_name(b.critical_step));
+      break;
+    case BoundTerm::windows: out += "  set by C + the windows term\n"; break;
+    case BoundTerm::compute: out += "  set by C alone\n"; break;
+  }
   if (b.steps.empty()) return out;
   std::vector<StepBoundTerms> by = b.steps;
   std::stable_sort(by.begin(), by.end(), [](const StepBoundTerms& x, const StepBoundTerms& y) {
@@ -53,8 +58,11 @@ std::string bound_explanation(const Plan& plan) {
   auto most = std::max_element(by.begin(), by.end(), [](const auto& x, const auto& y) {
     return x.excess_bytes < y.excess_bytes;
   });
-  if (size_t(most - by.begin()) >= kShown) std::rotate(by.begin() + kShown, most, most + 1);
-  size_t shown = std::min(by.size(), kShown + (size_t(most - by.begin()) >= kShown ? 1 : 0));
+  size_t shown = std::min(by.size(), kShown);
+  if (size_t(most - by.begin()) >= kShown) {
+    std::rotate(by.begin() + kShown, most, most + 1);
+    shown = kShown + 1;
+  }
   out += fmt::format(
       "  bound(s) at {} of the {} steps where it is worked out, the highest first (and the step\n"
       "  with the most excess E); M is the moved bytes that give the least, Dep(M) the earliest\n"

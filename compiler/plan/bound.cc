@@ -807,7 +807,7 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
   for (size_t s = 0; s < n; ++s) sum.stall[s + 1] = sum.stall[s] + forced[s];
   b.forced_stall_us = sum.stall[n];
   b.bound_us = b.compute_us + b.forced_stall_us;
-  b.set_by = "windows";
+  b.set_by = BoundTerm::windows;
   constexpr double kWindowWork = 5e7;
   std::vector<Window> windows =
       forced_windows(g, life, unavoidable, budget, mech, regeneration, movable);
@@ -827,7 +827,7 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
   bool every = double(over.size()) * double(g.tensors.size()) <= kWholeTensorWork;
   std::vector<bool> candidate(n, false);
   for (StepIndex s : steps) candidate[size_t(s)] = true;
-  auto keep = [&](double t, StepIndex s, double e, const char* term, StepIndex s2 = -1) {
+  auto keep = [&](double t, StepIndex s, double e, BoundTerm term, StepIndex s2 = -1) {
     if (t > b.bound_us) {
       b.bound_us = t;
       b.set_by = term;
@@ -845,14 +845,14 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
     double e = double(live[size_t(s)] - budget);
     auto items = off_able_at(g, life, s, compute_us, regeneration, movable);
     double t = whole_tensor_bound(s, e, items, sum, mech);
-    const char* term = "whole tensor";
+    BoundTerm term = BoundTerm::whole_tensor;
     if (candidate[size_t(s)]) {
       StepTerms terms = step_terms(s, e, items, sum, mech, StepIndex(n));
       StepBoundTerms at_s = step_bound(s, e, terms, compute_us, sum);
       at_s.whole_tensor_us = t;
       if (at_s.bound_us > t) {
         t = at_s.bound_us;
-        term = "step";
+        term = BoundTerm::step;
       }
       if (explain) {
         for (const OffAble& it : items) {
@@ -901,11 +901,11 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
       for (auto [extra, s2] : ends) {
         if (s2 <= s1) continue;
         StepTerms terms = step_terms(s1, e1, items, sum, mech, s2);
-        keep(pair_bound(s1, e1, terms, s2, tail[size_t(s2)], compute_us, sum), s1, e1, "pair", s2);
+        keep(pair_bound(s1, e1, terms, s2, tail[size_t(s2)], compute_us, sum), s1, e1, BoundTerm::pair, s2);
       }
     }
   }
-  keep(b.compute_us + b.window_stall_us, -1, 0, "windows");  // last: a tie keeps the step that set it
+  keep(b.compute_us + b.window_stall_us, -1, 0, BoundTerm::windows);  // last: a tie keeps the step that set it
   return b;
 }
 

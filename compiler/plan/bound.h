@@ -201,6 +201,10 @@ struct StepBoundTerms {
   double whole_tensor_us = 0;    // the whole-tensor term at s (bound.h, Whole tensors)
 };
 
+// The term that sets the bound: C alone (nothing over the budget), C + the windows term (at
+// least the forced stalls), bound(s) at one step, the whole-tensor term at one step, or a pair.
+enum class BoundTerm { compute, windows, step, whole_tensor, pair };
+
 struct StepTimeBound {
   double bound_us = 0;
   double compute_us = 0;          // C
@@ -208,9 +212,7 @@ struct StepTimeBound {
   double window_stall_us = 0;     // the windows term's stalls (>= forced_stall_us): bound.h, Windows
   StepIndex critical_step = -1;   // the s that sets the bound (-1: C + the windows term)
   StepIndex pair_end = -1;        // s2 when the pair (critical_step, s2) sets it; else -1
-  // Which term sets it: "compute" (nothing over the budget), "windows" (C + the windows
-  // term, at least the forced stalls), "step" (bound(s)), "whole tensor" or "pair".
-  const char* set_by = "compute";
+  BoundTerm set_by = BoundTerm::compute;
   int64_t must_move_bytes = 0;    // E(s) at that step, moved or regenerated
   // With `explain`: bound(s) at every candidate step, in step order.
   std::vector<StepBoundTerms> steps;

@@ -156,7 +156,7 @@ TEST_CASE("the lower bound, worked by hand") {
     CHECK(b.forced_stall_us == doctest::Approx(200));
     CHECK(b.bound_us == doctest::Approx(250).epsilon(1e-6));
     CHECK(b.critical_step == -1);  // C + forced stalls: no step's bound is larger
-    CHECK(std::string(b.set_by) == "windows");
+    CHECK(b.set_by == BoundTerm::windows);
     CHECK(b.compute_us == doctest::Approx(50));
     auto p = plan(g, 200, false);
     CHECK(simulate(g, p, c, slow_link(), DeviceProfile{}).step_time_us >= b.bound_us);
@@ -189,7 +189,7 @@ TEST_CASE("the lower bound, worked by hand") {
     CHECK(b.steps.empty());  // only when asked
     auto x = lower_bound(g, life, tl.total, c, 200, slow_link(), MovableKinds{}, true, {}, true);
     CHECK(x.bound_us == doctest::Approx(b.bound_us));
-    CHECK(std::string(x.set_by) == "step");
+    CHECK(x.set_by == BoundTerm::step);
     REQUIRE(x.steps.size() == 2);
     const StepBoundTerms& t = x.steps[0];
     CHECK(t.step == 2);
