@@ -33,7 +33,8 @@ std::string bound_explanation(const Plan& plan) {
   std::string out = fmt::format(
       "lower bound {} (compiler/plan/bound.h): compute C {}, forced stalls {}, C + the windows "
       "term {}\n",
-      ms(b.bound_us), ms(b.compute_us), ms(b.forced_stall_us), ms(b.compute_us + b.window_stall_us));
+      ms(b.bound_us), ms(b.compute_us), ms(b.forced_stall_us),
+      ms(b.compute_us + b.window_stall_us));
   switch (b.set_by) {
     case BoundTerm::pair:
       out += fmt::format("  set by the pair of steps {} and {}\n", step_name(b.critical_step),

@@ -901,11 +901,13 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
       for (auto [extra, s2] : ends) {
         if (s2 <= s1) continue;
         StepTerms terms = step_terms(s1, e1, items, sum, mech, s2);
-        keep(pair_bound(s1, e1, terms, s2, tail[size_t(s2)], compute_us, sum), s1, e1, BoundTerm::pair, s2);
+        keep(pair_bound(s1, e1, terms, s2, tail[size_t(s2)], compute_us, sum), s1, e1,
+             BoundTerm::pair, s2);
       }
     }
   }
-  keep(b.compute_us + b.window_stall_us, -1, 0, BoundTerm::windows);  // last: a tie keeps the step that set it
+  // Last: a tie keeps the step that set it.
+  keep(b.compute_us + b.window_stall_us, -1, 0, BoundTerm::windows);
   return b;
 }
 

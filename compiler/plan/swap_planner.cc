@@ -589,7 +589,8 @@ void keep_transfers_off_recompute_reads(const TrainingGraph& g, std::vector<Acti
   std::vector<std::vector<StepIndex>> reads(g.tensors.size());  // by tensor: steps, sorted
   for (const Action& a : actions)
     if (a.kind == ActionKind::recompute)
-      for (TensorId in : g.step(a.source_step).inputs) reads[size_t(in)].push_back(a.ready_before_step);
+      for (TensorId in : g.step(a.source_step).inputs)
+        reads[size_t(in)].push_back(a.ready_before_step);
   for (std::vector<StepIndex>& r : reads) {
     std::sort(r.begin(), r.end());
     r.erase(std::unique(r.begin(), r.end()), r.end());

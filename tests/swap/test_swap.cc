@@ -247,7 +247,8 @@ TEST_CASE("transfers keep clear of the steps where a recompute reads their tenso
     return a;
   };
   auto find = [](const std::vector<Action>& actions, ActionKind kind) {
-    return *std::find_if(actions.begin(), actions.end(), [&](const Action& a) { return a.kind == kind; });
+    return *std::find_if(actions.begin(), actions.end(),
+                         [&](const Action& a) { return a.kind == kind; });
   };
   SUBCASE("a prefetch in flight there is due before it; the step waits for it") {
     std::vector<Action> actions = {transfer(ActionKind::prefetch, 1, 4), rerun_b};
@@ -269,8 +270,8 @@ TEST_CASE("transfers keep clear of the steps where a recompute reads their tenso
     CHECK(e.ready_before_step == 4);
   }
   SUBCASE("transfers whose copies miss the read are left alone") {
-    std::vector<Action> actions = {transfer(ActionKind::prefetch, 3, 4), transfer(ActionKind::evict, 1, 3),
-                                   rerun_b};
+    std::vector<Action> actions = {transfer(ActionKind::prefetch, 3, 4),
+                                   transfer(ActionKind::evict, 1, 3), rerun_b};
     keep_transfers_off_recompute_reads(g, actions);
     CHECK(find(actions, ActionKind::prefetch).after_step == 3);
     CHECK(find(actions, ActionKind::prefetch).ready_before_step == 4);
