@@ -24,6 +24,7 @@
 #include "plan/simulator.h"
 #include "plan/swap_planner.h"
 #include "util/error.h"
+#include "util/parallel.h"
 #include "util/pass_timer.h"
 
 namespace autovm {
@@ -56,6 +57,7 @@ Prediction predict(const std::string& policy, const SimResult& sim, int64_t resi
 // Swap planning under the budget, its prediction, the bound and the baselines.
 void plan_under_budget(Plan& plan) {
   const TrainingGraph& g = plan.training.graph;
+  PassTimer timer;  // its parts, with AUTOVM_TIMINGS
   DeviceProfile device = load_device_profile(plan.options.device);
   const Mechanism& mech = device.mechanism(
       plan.options.mechanism.empty() ? device.default_mechanism : plan.options.mechanism);
@@ -69,11 +71,18 @@ void plan_under_budget(Plan& plan) {
   int64_t budget = plan.options.budget_bytes;
   bool swaps = plan.timeline.peak_bytes > budget;
   SimResult sim;
-  std::optional<StepTimeBound> bound;  // worked out once, where first needed
-  auto bound_now = [&] {
-    return lower_bound(g, plan.lifetimes, plan.timeline.total, plan.compute_us, budget, mech,
-                       plan.options.movable, plan.options.allow_recompute,
-                       plan.options.recompute_ops, plan.options.explain_bound);
+  // The bound depends on none of the choices below: when there are any to make, it is worked
+  // out on another thread beside them (the gap-split gate and the prediction wait for it).
+  std::future<StepTimeBound> bound_future = std::async(
+      swaps ? std::launch::async : std::launch::deferred, [&] {
+        return lower_bound(g, plan.lifetimes, plan.timeline.total, plan.compute_us, budget, mech,
+                           plan.options.movable, plan.options.allow_recompute,
+                           plan.options.recompute_ops, plan.options.explain_bound);
+      });
+  std::optional<StepTimeBound> bound;
+  auto bound_now = [&]() -> const StepTimeBound& {
+    if (!bound) bound = bound_future.get();
+    return *bound;
   };
   if (swaps) {
     // Strategies, judged by the simulator: moving tensors; moving with single-step
@@ -90,21 +99,13 @@ void plan_under_budget(Plan& plan) {
     constexpr StepIndex kDelaySteps = 4000;
     constexpr int kDelaySimulations = 400;
     constexpr int64_t kDelayWork = 200000;  // simulated steps and actions per candidate
-    std::vector<std::vector<Action>> candidates;
-    // The options and base of each candidate, for the ban search below.
-    std::vector<SwapStrategy> strategy_of;
-    std::optional<Error> failure;
+    // The strategies to try, in order (planned below on planning_threads() threads).
+    std::vector<SwapStrategy> strategies;
     std::vector<Action> checkpoint;
     auto attempt = [&](const std::vector<Action>& base, bool recompute) {
-      try {
-        SwapOptions with = so;
-        with.allow_recompute = recompute;
-        candidates.push_back(plan_swaps(g, plan.lifetimes, plan.compute_us, mech, with, base));
-        strategy_of.push_back({with, base});
-      } catch (const Error& e) {
-        if (e.kind() != ErrorKind::infeasible) throw;
-        if (!failure) failure = e;
-      }
+      SwapOptions with = so;
+      with.allow_recompute = recompute;
+      strategies.push_back({with, base});
     };
     // Moving tensors alone always finds a plan for a feasible budget; recomputation pins inputs
     // where it runs, which can leave a step with nothing left to move.
@@ -129,22 +130,49 @@ void plan_under_budget(Plan& plan) {
     constexpr StepIndex kStrategySteps = 400;
     constexpr int kBanPlans = 200;
     if (g.step_count() <= kStrategySteps) {
-      const std::pair<SelectOrder, double> strategies[] = {
+      const std::pair<SelectOrder, double> orders[] = {
           {SelectOrder::most_over, 0.0}, {SelectOrder::earliest, 0.1},
           {SelectOrder::earliest, 0.0},  {SelectOrder::latest, 0.1},
           {SelectOrder::latest, 0.0}};
-      for (auto [order, weight] : strategies) {
+      for (auto [order, weight] : orders) {
         so.order = order;
         so.link_weight = weight;
         attempt({}, plan.options.allow_recompute);
         if (with_checkpoint) attempt(checkpoint, true);
       }
     }
+    // Each strategy's plan, or the infeasible error that stopped it (pinned inputs can leave a
+    // step nothing to move); the candidates keep the strategies' order.
+    std::vector<std::vector<Action>> plans(strategies.size());
+    std::vector<std::optional<Error>> infeasible(strategies.size());
+    for_each_index(strategies.size(), planning_threads(), [&](size_t i) {
+      try {
+        plans[i] = plan_swaps(g, plan.lifetimes, plan.compute_us, mech, strategies[i].options,
+                              strategies[i].base);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::infeasible) throw;
+        infeasible[i] = e;
+      }
+    });
+    std::vector<std::vector<Action>> candidates;
+    std::vector<SwapStrategy> strategy_of;  // of each candidate, for the ban search below
+    std::optional<Error> failure;
+    for (size_t i = 0; i < strategies.size(); ++i) {
+      if (infeasible[i]) {
+        if (!failure) failure = infeasible[i];
+        continue;
+      }
+      candidates.push_back(std::move(plans[i]));
+      strategy_of.push_back(std::move(strategies[i]));
+    }
     if (candidates.empty()) throw *failure;
+    timer.done("  swap candidates");
     // The ban search (plan/ban_search.h) on the same small graphs: at most kBanPlans plans,
     // 0.03-0.1 s more for VGG-19 on the shared 2-core machine (2026-11-30).
-    if (g.step_count() <= kStrategySteps)
+    if (g.step_count() <= kStrategySteps) {
       ban_search(g, plan.lifetimes, plan.compute_us, mech, device, candidates, strategy_of, kBanPlans);
+      timer.done("  ban search");
+    }
     // The lifetimes each candidate was planned with: the true ones, or a gap split's.
     std::vector<const std::vector<Lifetime>*> life_of(candidates.size(), &plan.lifetimes);
     double fastest = std::numeric_limits<double>::infinity();  // simulated, when it was
@@ -174,8 +202,7 @@ void plan_under_budget(Plan& plan) {
     if (plan.options.allow_recompute && !split && g.step_count() <= kDelaySteps) {
       if (std::isinf(fastest))  // one candidate: not simulated above
         fastest = simulate(g, candidates.front(), plan.compute_us, mech, device).step_time_us;
-      bound = bound_now();
-      split = fastest > kSplitGate * bound->bound_us;
+      split = fastest > kSplitGate * bound_now().bound_us;
     }
     if (split) {
       SwapOptions with;
@@ -193,9 +220,11 @@ void plan_under_budget(Plan& plan) {
         candidates.push_back(std::move(sp.actions));
         life_of.push_back(&sp.life);
       }
+      timer.done("  gap splits");
     }
+    // The passes below, on each candidate at once (each changes its own candidate only).
     if (g.step_count() <= kDelaySteps)
-      for (size_t i = 0; i < candidates.size(); ++i) {
+      for_each_index(candidates.size(), planning_threads(), [&](size_t i) {
         std::vector<Action>& c = candidates[i];
         const std::vector<Lifetime>& life = *life_of[i];
         // Each simulation costs about steps + actions: bound the pass's work.
@@ -222,7 +251,8 @@ void plan_under_budget(Plan& plan) {
           std::vector<Action> earlier = c;
           if (regenerate(earlier, kEarlierSteps) < t && settle(earlier) < t) c = std::move(earlier);
         }
-      }
+      });
+    timer.done("  passes");
     double best = 0;
     for (auto& c : candidates) {
       keep_transfers_off_recompute_reads(g, c);  // already so, unless a pass left it
@@ -246,11 +276,12 @@ void plan_under_budget(Plan& plan) {
   plan.prediction = predict("autovm", sim, max_of(resident_bytes(g, plan.lifetimes, plan.actions)), budget);
   SimResult resident = simulate(g, {}, plan.compute_us, mech, device);
   plan.no_swap_step_time_us = resident.step_time_us;
-  if (!bound) bound = bound_now();
+  bound_now();
   plan.bound_us = bound->bound_us;
   plan.bound_critical_step = bound->critical_step;
   plan.bound_must_move_bytes = bound->must_move_bytes;
   if (plan.options.explain_bound) plan.bound_terms = std::make_shared<StepTimeBound>(*bound);
+  timer.done("  prediction and bound");
   if (!swaps) return;
   plan.baselines.push_back(predict("no_swap", resident, plan.timeline.peak_bytes, budget));
   plan.baselines.push_back(predict(
@@ -262,6 +293,7 @@ void plan_under_budget(Plan& plan) {
                                 baseline_checkpoint(g, plan.lifetimes)})
     plan.baselines.push_back(predict(b.policy, simulate(g, b.actions, plan.compute_us, mech, device),
                                      b.resident_peak_bytes, budget));
+  timer.done("  baselines");
 }
 
 }  // namespace

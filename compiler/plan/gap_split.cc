@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <future>
 #include <limits>
 #include <map>
 
 #include "plan/gaps.h"
 #include "plan/simulator.h"
 #include "util/error.h"
+#include "util/parallel.h"
 
 namespace autovm {
 
@@ -90,14 +90,7 @@ SplitPlan plan_split(const TrainingGraph& g, const std::vector<Lifetime>& life,
 std::vector<SplitPlan> plan_splits(const std::vector<GapSplit>& splits, size_t threads,
                                    const std::function<SplitPlan(const GapSplit&)>& one) {
   std::vector<SplitPlan> out(splits.size());
-  threads = std::max<size_t>(1, std::min(threads, splits.size()));
-  auto work = [&](size_t first) {
-    for (size_t i = first; i < splits.size(); i += threads) out[i] = one(splits[i]);
-  };
-  std::vector<std::future<void>> others;
-  for (size_t w = 1; w < threads; ++w) others.push_back(std::async(std::launch::async, work, w));
-  work(0);
-  for (auto& f : others) f.get();  // rethrows a worker's exception
+  for_each_index(splits.size(), threads, [&](size_t i) { out[i] = one(splits[i]); });
   return out;
 }
 

@@ -18,6 +18,7 @@
 #include "plan/movable_kinds.h"
 #include "plan/plan.h"
 #include "plan/swap_planner.h"
+#include "util/parallel.h"
 
 namespace autovm {
 
@@ -53,7 +54,7 @@ struct SplitSearch {
   size_t max_tensors = 6;
   size_t coarse = 0;   // steps sampled first per tensor; 0: every feasible step
   size_t levels = 3;
-  size_t threads = 2;  // trials of a round run on this many threads (the same plans)
+  size_t threads = planning_threads();  // trials of a round run on these (the same plans)
 };
 
 struct SplitPlan {

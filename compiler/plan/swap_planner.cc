@@ -136,6 +136,14 @@ class Selector {
       move_only_.push_back(move_only);
     }
     taken_.assign(gaps_.size(), false);
+    for (const Gap& gp : gaps_) {
+      bytes_.push_back(g.tensor(gp.tensor).bytes);
+      out_us_.push_back(mech.to_host.time_us(bytes_.back()));
+      in_us_.push_back(mech.to_device.time_us(bytes_.back()));
+      producer_.push_back(life[size_t(gp.tensor)].first);
+    }
+    temporaries_at_.resize(size_t(n_));
+    ran_at_.resize(size_t(n_));
   }
 
   // False when some over-budget step has no gap left to relieve it (pinned inputs of
@@ -150,12 +158,12 @@ class Selector {
       else if (opts_.order == SelectOrder::latest)
         for (s = n_ - 1; excess_[size_t(s)] <= 0;) --s;
       refresh_over();
-      Option best = pick(s);
+      Option best = pick(s, best_chain_);
       if (best.gap < 0) {
         stuck_step_ = s;
         return false;
       }
-      Choice c = make_choice(best, s);
+      Choice c = make_choice(best, best_chain_);
       apply(c);
       chosen.push_back(c);
     }
@@ -166,10 +174,10 @@ class Selector {
 
  private:
   // The best way to take one gap's tensor off at the worst step.
+  // (Its chain, when it recomputes, is held beside it: see pick.)
   struct Option {
     int gap = -1;
     bool recompute = false;
-    Chain chain;
     StepIndex lo = 0, hi = 0;  // transfer: the off window
     double cost_us = 0;        // recompute: its chain's compute; transfer: the stall estimate
     int64_t bytes = 0;
@@ -215,8 +223,7 @@ class Selector {
       return true;
     }
     if (l.first > c.at || !opts_.movable.has(g_.tensor(y).kind)) return false;
-    auto made = temporaries_at_.find(c.at);
-    if (made != temporaries_at_.end() && made->second.count(y)) return true;  // an earlier chain's
+    if (temporaries_at_[size_t(c.at)].count(y)) return true;  // an earlier chain's
     if (std::find(c.temporaries.begin(), c.temporaries.end(), y) != c.temporaries.end()) return true;
     c.temporaries.push_back(y);
     c.temporary_bytes += g_.tensor(y).bytes;
@@ -241,18 +248,28 @@ class Selector {
   // The chain that regenerates the gap's tensor before step `at`, if one can run there.
   bool chain(const Gap& gp, StepIndex at, Chain& c) const {
     c.at = at;
+    c.steps.clear();
+    c.temporaries.clear();
+    c.pins.clear();
+    c.cost_us = 0;
+    c.temporary_bytes = 0;
+    // The checks below that fail whatever the chain holds (its extra bytes are never
+    // negative), made first: most options fail them near the least budget.
+    int64_t bytes = g_.tensor(gp.tensor).bytes;
+    if (floor_[size_t(at)] > opts_.budget_bytes) return false;
+    for (StepIndex s = at; s < gp.before; ++s)
+      if (floor_[size_t(s)] + bytes > opts_.budget_bytes) return false;
     if (!add_producer(gp.tensor, c)) return false;
     std::sort(c.steps.begin(), c.steps.end());
-    auto ran = ran_at_.find(at);
+    const std::set<StepIndex>& ran = ran_at_[size_t(at)];
     for (StepIndex q : c.steps)
-      if (ran == ran_at_.end() || !ran->second.count(q)) c.cost_us += compute_[size_t(q)];
+      if (!ran.count(q)) c.cost_us += compute_[size_t(q)];
     // The temporaries, the pins that step `at` does not use itself and the regenerated tensor
     // (resident from `at` to its next use) must fit beside what those steps need anyway.
     int64_t extra = c.temporary_bytes;
     for (TensorId y : c.pins)
       if (!pinned_at(y, at)) extra += g_.tensor(y).bytes;
     if (floor_[size_t(at)] + extra > opts_.budget_bytes) return false;
-    int64_t bytes = g_.tensor(gp.tensor).bytes;
     for (StepIndex s = at; s < gp.before; ++s)
       if (floor_[size_t(s)] + (s == at ? extra : 0) + bytes > opts_.budget_bytes) return false;
     return true;
@@ -304,33 +321,46 @@ class Selector {
 
   // Microseconds the gap's transfers would stall the compute stream, with the link time that
   // earlier choices already use (0: hidden).
-  double stall(const Gap& gp, StepIndex lo, StepIndex hi) const {
-    int64_t bytes = g_.tensor(gp.tensor).bytes;
+  double stall(size_t i, StepIndex lo, StepIndex hi) const {
+    const Gap& gp = gaps_[i];
     Windows w = windows(gp, lo, hi);
     const LinkLoad& in_load = mech_.duplex ? to_device_ : to_host_;
-    double out = mech_.to_host.time_us(bytes), in = mech_.to_device.time_us(bytes);
+    double out = out_us_[i], in = in_us_[i];
     return std::max(0.0, out - to_host_.available(w.evict_lo, w.evict_hi)) +
            std::max(0.0, in - in_load.available(w.fetch_lo, w.fetch_hi));
   }
 
-  Option option(size_t i, StepIndex s) const {
+  // Less than or equal to the compute of the chain that regenerates the gap's tensor at `at`,
+  // if one can: its first step, the tensor's producer, unless that already runs there.
+  double chain_cost_floor(size_t i, StepIndex at) const {
+    return ran_at_[size_t(at)].count(producer_[i]) ? 0 : compute_[size_t(producer_[i])];
+  }
+
+  // The option for gap i at step s; when it recomputes, its chain is left in `c` (a scratch
+  // chain whose vectors are reused, as pick evaluates thousands of options per choice). A chain
+  // whose cost floor per byte of s's excess cleared is above `beat_per` cannot make the option
+  // pick's best (pick): it is not built, and the option moves the tensor.
+  Option option(size_t i, StepIndex s, Chain& c, double beat_per) const {
     const Gap& gp = gaps_[i];
     Option o;
     o.gap = int(i);
-    o.bytes = g_.tensor(gp.tensor).bytes;
-    window(gp, o.lo, o.hi);
-    bool movable = avoid_pins(gp, s, o.lo, o.hi);
-    int64_t bytes = o.bytes;
-    double link = mech_.to_host.time_us(bytes) + mech_.to_device.time_us(bytes);
-    o.cost_us = movable ? stall(gp, o.lo, o.hi) + opts_.link_weight * link
-                        : std::numeric_limits<double>::infinity();
+    o.bytes = bytes_[i];
+    const double cleared = double(std::min(o.bytes, excess_[size_t(s)]));
+    // Moving costs at least its link weight's share (the stall is never negative). When that
+    // alone is above beat_per, its window and stall are not worked out: the cost counts as
+    // infinite, which only a chain at or below beat_per replaces, as it would the true cost.
+    double link_floor = opts_.link_weight * (out_us_[i] + in_us_[i]);
+    o.cost_us = std::numeric_limits<double>::infinity();
+    if (link_floor / cleared <= beat_per) {
+      window(gp, o.lo, o.hi);
+      if (avoid_pins(gp, s, o.lo, o.hi)) o.cost_us = stall(i, o.lo, o.hi) + link_floor;
+    }
     if (opts_.allow_recompute && !gp.wrap && o.cost_us > 0 && !move_only_[i]) {
       StepIndex at = recompute_at(gp, s);
-      Chain c;
-      if (at > gp.after + 1 && chain(gp, at, c) && c.cost_us < o.cost_us) {
+      if (at > gp.after + 1 && chain_cost_floor(i, at) / cleared <= beat_per &&
+          chain(gp, at, c) && c.cost_us < o.cost_us) {
         o.recompute = true;
         o.cost_us = c.cost_us;
-        o.chain = std::move(c);
       }
     }
     if (std::isinf(o.cost_us)) o.gap = -1;
@@ -338,19 +368,24 @@ class Selector {
   }
 
   // The best option among the gaps that are not a last resort; among those when none is left.
-  Option pick(StepIndex s) const {
-    Option best = pick(s, false);
-    return best.gap >= 0 ? best : pick(s, true);
+  // When it recomputes, its chain is left in `chain`.
+  Option pick(StepIndex s, Chain& chain) const {
+    Option best = pick(s, false, chain);
+    return best.gap >= 0 ? best : pick(s, true, chain);
   }
 
   // Free (hidden) options first: the smallest that clears s's excess, else the largest. Then
   // the least cost per byte of s's excess cleared, the larger on a tie.
-  Option pick(StepIndex s, bool last_resort) const {
+  Option pick(StepIndex s, bool last_resort, Chain& best_chain) const {
     Option best;
     int64_t need = excess_[size_t(s)];
     for (size_t i = 0; i < gaps_.size(); ++i) {
       if (taken_[i] || last_resort_[i] != last_resort || !gaps_[i].covers(s)) continue;
-      Option o = option(i, s);
+      // What an option must not exceed, per byte cleared, to be picked over the best so far.
+      double beat_per = std::numeric_limits<double>::infinity();
+      if (best.gap >= 0)
+        beat_per = best.cost_us == 0 ? 0 : best.cost_us / double(std::min(best.bytes, need));
+      Option o = option(i, s, scratch_, beat_per);
       if (o.gap < 0) continue;
       bool better;
       if (best.gap < 0) {
@@ -367,18 +402,19 @@ class Selector {
         double best_per = best.cost_us / double(std::min(best.bytes, need));
         better = per < best_per || (per == best_per && o.bytes > best.bytes);
       }
-      if (better) best = std::move(o);
+      if (better) {
+        best = o;
+        if (o.recompute) std::swap(best_chain, scratch_);
+      }
     }
     return best;
   }
 
-  Choice make_choice(Option& o, StepIndex s) {
-    (void)s;
+  Choice make_choice(const Option& o, const Chain& ch) {
     taken_[size_t(o.gap)] = true;
     Choice c;
     c.gap = gaps_[size_t(o.gap)];
     if (o.recompute) {
-      const Chain& ch = o.chain;
       c.recompute = true;
       c.source = life_[size_t(c.gap.tensor)].first;
       c.lo = c.gap.after + 1;  // dropping costs no time: off until the chain runs
@@ -392,8 +428,8 @@ class Selector {
       floor_[size_t(ch.at)] += ch.temporary_bytes;
       for (StepIndex k = ch.at; k < c.gap.before; ++k)
         floor_[size_t(k)] += g_.tensor(c.gap.tensor).bytes;
-      for (TensorId y : ch.temporaries) temporaries_at_[ch.at].insert(y);
-      for (StepIndex q : ch.steps) ran_at_[ch.at].insert(q);
+      for (TensorId y : ch.temporaries) temporaries_at_[size_t(ch.at)].insert(y);
+      for (StepIndex q : ch.steps) ran_at_[size_t(ch.at)].insert(q);
       excess_[size_t(ch.at)] += ch.temporary_bytes;
       return c;
     }
@@ -432,16 +468,23 @@ class Selector {
   std::vector<int64_t> excess_;
   std::vector<Gap> gaps_;
   std::vector<bool> taken_;
+  // Of each gap, read by every option: its tensor's bytes, eviction and prefetch on the link,
+  // and the step that makes it.
+  std::vector<int64_t> bytes_;
+  std::vector<double> out_us_, in_us_;
+  std::vector<StepIndex> producer_;
   std::vector<bool> last_resort_;  // SwapOptions::last_resort
   std::vector<bool> move_only_;
   std::vector<bool> in_base_;
   std::vector<std::vector<Choice>> off_;       // chosen windows by tensor
   std::vector<std::vector<StepIndex>> pinned_;  // steps where a recompute needs the tensor
-  std::map<StepIndex, std::set<TensorId>> temporaries_at_;  // chain temporaries by step
-  std::map<StepIndex, std::set<StepIndex>> ran_at_;         // chain steps run before a step
+  std::vector<std::set<TensorId>> temporaries_at_;  // chain temporaries by step
+  std::vector<std::set<StepIndex>> ran_at_;         // chain steps run before a step
   std::vector<StepIndex> next_over_;  // first over-budget step >= s (n if none)
   std::vector<StepIndex> prev_over_;  // last over-budget step <= s (-1 if none)
   StepIndex stuck_step_ = -1;
+  mutable Chain scratch_;  // pick's chain under evaluation
+  Chain best_chain_;       // the picked option's chain, when it recomputes
 };
 
 std::vector<Action> to_actions(const TrainingGraph& g, const std::vector<Lifetime>& life,

@@ -15,8 +15,20 @@ usage: tools/bench/plan_speed.py [--plan build/compiler/driver/autovm-plan] [--r
 its temporary file over the target even when that was a device, replacing /dev/null with a
 regular file: to time such a build, pass a file on a RAM file system (e.g. /dev/shm/plan.json),
 which costs it what its /dev/null did.
+
+With --budgets it times planning under a budget instead (issue 3: "planning VGG-19 and
+ResNet-152 at any budget well under a second"): VGG-19 at batch 64, 128 and 256 and ResNet-152
+at batch 128, at 75 %, 50 % and 30 % of the step's peak, at 8 GB and at --budget min, on each
+of --devices (default h200-pcie,rtx3070-8gb), the median of --repeat runs (default 11; 3 is
+enough for a look). --against OTHER_PLAN times another build's autovm-plan on the same rows,
+alternating the two run by run, and prints before / after: same machine, same moment. The
+target: every row under 1 s. Rows whose budget no plan can meet (exit 6) are marked so.
+
+usage: tools/bench/plan_speed.py --budgets [--plan ...] [--against OTHER_PLAN] [--repeat N]
+                                 [--devices h200-pcie,rtx3070-8gb]
 """
 import argparse
+import json
 import math
 import os
 import stat
@@ -39,16 +51,88 @@ def time_plan(plan, model, args, repeat, output):
     return statistics.median(times)
 
 
+BUDGET_CASES = [("VGG-19", "vgg19", 64), ("VGG-19", "vgg19", 128), ("VGG-19", "vgg19", 256),
+                ("ResNet-152", "resnet152", 128)]
+
+
+def peak_bytes(plan, model, batch):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "plan.json")
+        subprocess.run([plan, model, "--batch", str(batch), "-o", out, "--quiet"], check=True)
+        with open(out) as f:
+            return json.load(f)["statistics"]["peak_bytes"]
+
+
+def time_budgets(a):
+    """The --budgets table; returns whether every row is under 1 s."""
+    plans = [a.plan] + ([a.against] if a.against else [])
+    head = "| device | model | batch | budget | time (median) |"
+    if a.against:
+        head = "| device | model | batch | budget | other build | this build | other / this |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    ok, worst, ratios = True, 0.0, []
+    for device in a.devices.split(","):
+        for name, model, batch in BUDGET_CASES:
+            path = os.path.join(ROOT, "models", model + ".onnx")
+            peak = peak_bytes(a.plan, path, batch)
+            for label, budget in [("75 %", f"{int(peak * 0.75)}B"), ("50 %", f"{int(peak * 0.5)}B"),
+                                  ("30 %", f"{int(peak * 0.3)}B"), ("8 GB", "8GB"), ("min", "min")]:
+                cmd = ["--batch", str(batch), "--budget", budget, "--device", device,
+                       "-o", a.output, "--quiet"]
+                times = {p: [] for p in plans}
+                infeasible = False
+                for _ in range(a.repeat):
+                    for p in reversed(plans):  # the other build first, then this one
+                        t0 = time.perf_counter()
+                        r = subprocess.run([p, path] + cmd, stderr=subprocess.PIPE, text=True)
+                        times[p].append(time.perf_counter() - t0)
+                        if r.returncode == 6:
+                            infeasible = True
+                        elif r.returncode != 0:
+                            sys.exit(f"{p} {path} {' '.join(cmd)} failed: {r.stderr}")
+                    if infeasible:
+                        break
+                row = f"| {device} | {name} | {batch} | {label} |"
+                if infeasible:
+                    print(row + " infeasible |" + (" - | - |" if a.against else ""))
+                    continue
+                this = statistics.median(times[a.plan])
+                worst = max(worst, this)
+                ok &= this < 1.0
+                if a.against:
+                    other = statistics.median(times[a.against])
+                    ratios.append(other / this)
+                    print(row + f" {other * 1000:.0f} ms | {this * 1000:.0f} ms | {other / this:.2f}x |")
+                else:
+                    print(row + f" {this * 1000:.0f} ms |")
+    print()
+    print(f"slowest row: {worst * 1000:.0f} ms (target: every row under 1 s)")
+    if ratios:
+        print(f"other / this: {min(ratios):.2f}x to {max(ratios):.2f}x, geometric mean "
+              f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plan", default=os.path.join(ROOT, "build/compiler/driver/autovm-plan"))
     ap.add_argument("--repeat", type=int, default=11)
     ap.add_argument("--output", default="/dev/null", help="where the plans go (default /dev/null)")
+    ap.add_argument("--budgets", action="store_true", help="time planning under budgets instead")
+    ap.add_argument("--against", help="with --budgets: another autovm-plan to time beside it")
+    ap.add_argument("--devices", default="h200-pcie,rtx3070-8gb", help="with --budgets")
     a = ap.parse_args()
+    if a.against and not a.budgets:
+        sys.exit("plan_speed.py: --against goes with --budgets")
     if a.output == "/dev/null" and not stat.S_ISCHR(os.stat("/dev/null").st_mode):
         sys.exit("plan_speed.py: /dev/null is not a character device here (an old autovm-plan renamed "
                  "a file over it?): every timing would include writing the plans to memory. Restore "
                  "it as root: rm /dev/null && mknod -m 666 /dev/null c 1 3")
+    if a.budgets:
+        ok = time_budgets(a)
+        print("targets met" if ok else "TARGETS MISSED")
+        return 0 if ok else 1
     rows, ok = [], True
     for name, model, target in [("VGG-19 batch 64", "models/vgg19.onnx", 0.020),
                                 ("ResNet-152 batch 64", "models/resnet152.onnx", 0.050)]:

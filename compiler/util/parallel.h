@@ -1,0 +1,47 @@
+// Contract: for_each_index(n, threads, fn) calls fn(i) once for every i in [0, n), on up to
+// `threads` threads (the calling one among them), and returns when every call has returned. fn
+// must be safe to call at once for different i and should write only to its own i's results:
+// then what the caller sees does not depend on the thread count or on timing. If calls throw,
+// the exception of the lowest such i is rethrown, after every call has ended.
+//
+// planning_threads() is how many threads the planner's independent trials use: the machine's
+// hardware threads, 1 to 8.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <exception>
+#include <future>
+#include <thread>
+#include <vector>
+
+namespace autovm {
+
+inline size_t planning_threads() {
+  return std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+}
+
+template <typename Fn>
+void for_each_index(size_t n, size_t threads, Fn&& fn) {
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) {
+      try {
+        fn(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  threads = std::max<size_t>(1, std::min(threads, n));
+  std::vector<std::future<void>> others;
+  for (size_t w = 1; w < threads; ++w) others.push_back(std::async(std::launch::async, work));
+  work();
+  for (auto& f : others) f.get();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace autovm
