@@ -157,7 +157,7 @@ class Selector {
         for (s = 0; excess_[size_t(s)] <= 0;) ++s;
       else if (opts_.order == SelectOrder::latest)
         for (s = n_ - 1; excess_[size_t(s)] <= 0;) --s;
-      refresh_over();
+      if (over_changed_) refresh_over();
       Option best = pick(s, best_chain_);
       if (best.gap < 0) {
         stuck_step_ = s;
@@ -195,6 +195,7 @@ class Selector {
   }
 
   void refresh_over() {
+    over_changed_ = false;
     next_over_.assign(size_t(n_) + 1, n_);
     prev_over_.assign(size_t(n_), -1);
     for (StepIndex s = n_ - 1; s >= 0; --s)
@@ -336,10 +337,17 @@ class Selector {
     return ran_at_[size_t(at)].count(producer_[i]) ? 0 : compute_[size_t(producer_[i])];
   }
 
+  // Whether a cost of at least `floor_us`, clearing `cleared` bytes of excess, is surely above
+  // `beat_per` per byte as pick works it out (a division): the product is compared with a
+  // margin far wider than the rounding of either, so that this never says yes wrongly.
+  static bool surely_above(double floor_us, double cleared, double beat_per) {
+    return floor_us > beat_per * cleared * (1 + 1e-9);
+  }
+
   // The option for gap i at step s; when it recomputes, its chain is left in `c` (a scratch
   // chain whose vectors are reused, as pick evaluates thousands of options per choice). A chain
-  // whose cost floor per byte of s's excess cleared is above `beat_per` cannot make the option
-  // pick's best (pick): it is not built, and the option moves the tensor.
+  // whose cost floor per byte of s's excess cleared is surely above `beat_per` cannot make the
+  // option pick's best (pick): it is not built, and the option moves the tensor.
   Option option(size_t i, StepIndex s, Chain& c, double beat_per) const {
     const Gap& gp = gaps_[i];
     Option o;
@@ -351,13 +359,13 @@ class Selector {
     // infinite, which only a chain at or below beat_per replaces, as it would the true cost.
     double link_floor = opts_.link_weight * (out_us_[i] + in_us_[i]);
     o.cost_us = std::numeric_limits<double>::infinity();
-    if (link_floor / cleared <= beat_per) {
+    if (!surely_above(link_floor, cleared, beat_per)) {
       window(gp, o.lo, o.hi);
       if (avoid_pins(gp, s, o.lo, o.hi)) o.cost_us = stall(i, o.lo, o.hi) + link_floor;
     }
     if (opts_.allow_recompute && !gp.wrap && o.cost_us > 0 && !move_only_[i]) {
       StepIndex at = recompute_at(gp, s);
-      if (at > gp.after + 1 && chain_cost_floor(i, at) / cleared <= beat_per &&
+      if (at > gp.after + 1 && !surely_above(chain_cost_floor(i, at), cleared, beat_per) &&
           chain(gp, at, c) && c.cost_us < o.cost_us) {
         o.recompute = true;
         o.cost_us = c.cost_us;
@@ -379,12 +387,10 @@ class Selector {
   Option pick(StepIndex s, bool last_resort, Chain& best_chain) const {
     Option best;
     int64_t need = excess_[size_t(s)];
+    // What an option must not exceed, per byte cleared, to be picked over the best so far.
+    double beat_per = std::numeric_limits<double>::infinity();
     for (size_t i = 0; i < gaps_.size(); ++i) {
       if (taken_[i] || last_resort_[i] != last_resort || !gaps_[i].covers(s)) continue;
-      // What an option must not exceed, per byte cleared, to be picked over the best so far.
-      double beat_per = std::numeric_limits<double>::infinity();
-      if (best.gap >= 0)
-        beat_per = best.cost_us == 0 ? 0 : best.cost_us / double(std::min(best.bytes, need));
       Option o = option(i, s, scratch_, beat_per);
       if (o.gap < 0) continue;
       bool better;
@@ -404,6 +410,7 @@ class Selector {
       }
       if (better) {
         best = o;
+        beat_per = best.cost_us == 0 ? 0 : best.cost_us / double(std::min(best.bytes, need));
         if (o.recompute) std::swap(best_chain, scratch_);
       }
     }
@@ -430,7 +437,7 @@ class Selector {
         floor_[size_t(k)] += g_.tensor(c.gap.tensor).bytes;
       for (TensorId y : ch.temporaries) temporaries_at_[size_t(ch.at)].insert(y);
       for (StepIndex q : ch.steps) ran_at_[size_t(ch.at)].insert(q);
-      excess_[size_t(ch.at)] += ch.temporary_bytes;
+      lower_excess(ch.at, -ch.temporary_bytes);
       return c;
     }
     c.lo = o.lo;
@@ -446,12 +453,20 @@ class Selector {
   void apply(const Choice& c) {
     int64_t bytes = g_.tensor(c.gap.tensor).bytes;
     if (!c.gap.wrap) {
-      for (StepIndex s = c.lo; s <= c.hi; ++s) excess_[size_t(s)] -= bytes;
+      for (StepIndex s = c.lo; s <= c.hi; ++s) lower_excess(s, bytes);
     } else {
-      for (StepIndex s = c.lo; s < n_; ++s) excess_[size_t(s)] -= bytes;
-      for (StepIndex s = 0; s <= c.hi; ++s) excess_[size_t(s)] -= bytes;
+      for (StepIndex s = c.lo; s < n_; ++s) lower_excess(s, bytes);
+      for (StepIndex s = 0; s <= c.hi; ++s) lower_excess(s, bytes);
     }
     off_[size_t(c.gap.tensor)].push_back(c);
+  }
+
+  // Step s's excess less `bytes` (more, when negative), noting whether s went over or under.
+  void lower_excess(StepIndex s, int64_t bytes) {
+    int64_t& e = excess_[size_t(s)];
+    bool was_over = e > 0;
+    e -= bytes;
+    if (was_over != (e > 0)) over_changed_ = true;
   }
 
   const TrainingGraph& g_;
@@ -482,6 +497,7 @@ class Selector {
   std::vector<std::set<StepIndex>> ran_at_;         // chain steps run before a step
   std::vector<StepIndex> next_over_;  // first over-budget step >= s (n if none)
   std::vector<StepIndex> prev_over_;  // last over-budget step <= s (-1 if none)
+  bool over_changed_ = true;          // whether a step went over or under since they were made
   StepIndex stuck_step_ = -1;
   mutable Chain scratch_;  // pick's chain under evaluation
   Chain best_chain_;       // the picked option's chain, when it recomputes
