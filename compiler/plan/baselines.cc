@@ -183,12 +183,13 @@ std::vector<int64_t> resident_bytes(const TrainingGraph& g, const std::vector<Li
   // Residency changes of each tensor: the first step it is off (evict, discard) or on again
   // (prefetch, recompute).
   struct Change {
+    TensorId tensor;
     StepIndex at;
     bool on;
   };
-  std::vector<std::vector<Change>> changes(g.tensors.size());
+  std::vector<Change> changes;  // sorted below by tensor, then step, off before on at one step
+  changes.reserve(actions.size());
   for (const Action& a : actions) {
-    auto& c = changes[static_cast<size_t>(a.tensor)];
     const Lifetime& l = life[static_cast<size_t>(a.tensor)];
     if (a.kind == ActionKind::recompute && !l.persistent && a.ready_before_step > l.last) {
       // A chain temporary: resident at ready_before_step only.
@@ -196,26 +197,28 @@ std::vector<int64_t> resident_bytes(const TrainingGraph& g, const std::vector<Li
       continue;
     }
     switch (a.kind) {
-      case ActionKind::evict: c.push_back({a.ready_before_step, false}); break;
-      case ActionKind::discard: c.push_back({a.after_step + 1, false}); break;
-      case ActionKind::prefetch: c.push_back({a.after_step + 1, true}); break;
-      case ActionKind::recompute: c.push_back({a.ready_before_step, true}); break;
+      case ActionKind::evict: changes.push_back({a.tensor, a.ready_before_step, false}); break;
+      case ActionKind::discard: changes.push_back({a.tensor, a.after_step + 1, false}); break;
+      case ActionKind::prefetch: changes.push_back({a.tensor, a.after_step + 1, true}); break;
+      case ActionKind::recompute: changes.push_back({a.tensor, a.ready_before_step, true}); break;
       case ActionKind::advise: break;
     }
   }
-  for (size_t x = 0; x < changes.size(); ++x) {
-    auto& c = changes[x];
-    if (c.empty()) continue;
-    std::stable_sort(c.begin(), c.end(), [](const Change& a, const Change& b) {
-      return a.at != b.at ? a.at < b.at : (!a.on && b.on);  // off before on at one step
-    });
-    const Lifetime& l = life[x];
-    const int64_t bytes = g.tensors[x].bytes;
+  std::sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) {
+    if (a.tensor != b.tensor) return a.tensor < b.tensor;
+    return a.at != b.at ? a.at < b.at : (!a.on && b.on);
+  });
+  for (size_t begin = 0, end = 0; begin < changes.size(); begin = end) {
+    const TensorId x = changes[begin].tensor;
+    while (end < changes.size() && changes[end].tensor == x) ++end;
+    const Lifetime& l = life[static_cast<size_t>(x)];
+    const int64_t bytes = g.tensor(x).bytes;
     // A tensor whose first change brings it on starts off the GPU (a persistent tensor kept on
     // the host between training steps).
-    bool on = !c.front().on;
+    bool on = !changes[begin].on;
     StepIndex off_from = l.first;
-    for (const Change& ch : c) {
+    for (size_t k = begin; k < end; ++k) {
+      const Change& ch = changes[k];
       if (!ch.on && on) {
         off_from = ch.at;
         on = false;

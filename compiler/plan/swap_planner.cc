@@ -629,8 +629,10 @@ void widen(const TrainingGraph& g, const std::vector<Lifetime>& life, int64_t bu
 
 // Pass 3: actions sorted by issue step, then deadline, then (recomputes) source step, so that
 // a chain runs in dependency order, then tensor.
+// Actions the comparator cannot tell apart are the same action: the order is a function of
+// the set, and one already in order (most are, after a pass's small change) is left as it is.
 void sort_actions(std::vector<Action>& actions) {
-  std::sort(actions.begin(), actions.end(), [](const Action& a, const Action& b) {
+  auto before = [](const Action& a, const Action& b) {
     if (a.after_step != b.after_step) return a.after_step < b.after_step;
     if (a.ready_before_step != b.ready_before_step) return a.ready_before_step < b.ready_before_step;
     // Recomputes before one step run in dependency order: forward steps in step order.
@@ -639,32 +641,30 @@ void sort_actions(std::vector<Action>& actions) {
     if (sa != sb) return sa < sb;
     if (a.tensor != b.tensor) return a.tensor < b.tensor;
     return a.kind < b.kind;
-  });
+  };
+  if (!std::is_sorted(actions.begin(), actions.end(), before))
+    std::sort(actions.begin(), actions.end(), before);
 }
 
 }  // namespace
 
 void keep_transfers_off_recompute_reads(const TrainingGraph& g, std::vector<Action>& actions) {
-  std::vector<std::vector<StepIndex>> reads(g.tensors.size());  // by tensor: steps, sorted
+  std::vector<std::pair<TensorId, StepIndex>> reads;  // (tensor, step where a recompute reads it)
   for (const Action& a : actions)
     if (a.kind == ActionKind::recompute)
-      for (TensorId in : g.step(a.source_step).inputs)
-        reads[size_t(in)].push_back(a.ready_before_step);
-  for (std::vector<StepIndex>& r : reads) {
-    std::sort(r.begin(), r.end());
-    r.erase(std::unique(r.begin(), r.end()), r.end());
-  }
+      for (TensorId in : g.step(a.source_step).inputs) reads.emplace_back(in, a.ready_before_step);
+  std::sort(reads.begin(), reads.end());
+  reads.erase(std::unique(reads.begin(), reads.end()), reads.end());
   for (Action& a : actions) {
     if (a.kind != ActionKind::evict && a.kind != ActionKind::prefetch) continue;
-    const std::vector<StepIndex>& r = reads[size_t(a.tensor)];
-    auto first = std::lower_bound(r.begin(), r.end(), a.after_step + 1);
-    if (first == r.end() || *first > a.ready_before_step - 1) continue;
-    if (a.kind == ActionKind::prefetch) {
-      a.ready_before_step = *first;
-    } else {
-      auto last = std::upper_bound(first, r.end(), a.ready_before_step - 1);
-      a.after_step = *std::prev(last);
-    }
+    // The reads of a.tensor in [after_step + 1, ready_before_step - 1]: [first, last).
+    auto first = std::lower_bound(reads.begin(), reads.end(), std::make_pair(a.tensor, a.after_step + 1));
+    auto last = std::lower_bound(first, reads.end(), std::make_pair(a.tensor, a.ready_before_step));
+    if (first == last) continue;
+    if (a.kind == ActionKind::prefetch)
+      a.ready_before_step = first->second;
+    else
+      a.after_step = std::prev(last)->second;
   }
   sort_actions(actions);
 }
