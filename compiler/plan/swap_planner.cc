@@ -135,7 +135,11 @@ class Selector {
       last_resort_.push_back(last);
       move_only_.push_back(move_only);
     }
-    taken_.assign(gaps_.size(), false);
+    const size_t words = (gaps_.size() + 63) / 64;
+    for (std::vector<uint64_t>& open : open_) open.assign(words, 0);
+    for (size_t i = 0; i < gaps_.size(); ++i)
+      open_[last_resort_[i] ? 1 : 0][i / 64] |= uint64_t(1) << (i % 64);
+    covering_.resize(size_t(n_));
     for (const Gap& gp : gaps_) {
       bytes_.push_back(g.tensor(gp.tensor).bytes);
       out_us_.push_back(mech.to_host.time_us(bytes_.back()));
@@ -382,6 +386,16 @@ class Selector {
     return best.gap >= 0 ? best : pick(s, true, chain);
   }
 
+  const std::vector<uint64_t>& covering_at(StepIndex s) const {
+    std::vector<uint64_t>& bits = covering_[size_t(s)];
+    if (bits.empty()) {
+      bits.assign(open_[0].size(), 0);
+      for (size_t i = 0; i < gaps_.size(); ++i)
+        if (gaps_[i].covers(s)) bits[i / 64] |= uint64_t(1) << (i % 64);
+    }
+    return bits;
+  }
+
   // Free (hidden) options first: the smallest that clears s's excess, else the largest. Then
   // the least cost per byte of s's excess cleared, the larger on a tie.
   Option pick(StepIndex s, bool last_resort, Chain& best_chain) const {
@@ -389,36 +403,41 @@ class Selector {
     int64_t need = excess_[size_t(s)];
     // What an option must not exceed, per byte cleared, to be picked over the best so far.
     double beat_per = std::numeric_limits<double>::infinity();
-    for (size_t i = 0; i < gaps_.size(); ++i) {
-      if (taken_[i] || last_resort_[i] != last_resort || !gaps_[i].covers(s)) continue;
-      Option o = option(i, s, scratch_, beat_per);
-      if (o.gap < 0) continue;
-      bool better;
-      if (best.gap < 0) {
-        better = true;
-      } else if ((o.cost_us == 0) != (best.cost_us == 0)) {
-        better = o.cost_us == 0;
-      } else if (o.cost_us == 0) {
-        bool clears = o.bytes >= need, best_clears = best.bytes >= need;
-        if (clears != best_clears) better = clears;
-        else if (clears) better = o.bytes < best.bytes;  // the least overshoot
-        else better = o.bytes > best.bytes;              // the most progress
-      } else {
-        double per = o.cost_us / double(std::min(o.bytes, need));
-        double best_per = best.cost_us / double(std::min(best.bytes, need));
-        better = per < best_per || (per == best_per && o.bytes > best.bytes);
+    // The gaps not taken, of this class, that cover s, in index order (as ties keep the first).
+    const std::vector<uint64_t>& open = open_[last_resort ? 1 : 0];
+    const std::vector<uint64_t>& covering = covering_at(s);
+    for (size_t w = 0; w < open.size(); ++w)
+      for (uint64_t bits = open[w] & covering[w]; bits != 0; bits &= bits - 1) {
+        const size_t i = w * 64 + size_t(__builtin_ctzll(bits));
+        Option o = option(i, s, scratch_, beat_per);
+        if (o.gap < 0) continue;
+        bool better;
+        if (best.gap < 0) {
+          better = true;
+        } else if ((o.cost_us == 0) != (best.cost_us == 0)) {
+          better = o.cost_us == 0;
+        } else if (o.cost_us == 0) {
+          bool clears = o.bytes >= need, best_clears = best.bytes >= need;
+          if (clears != best_clears) better = clears;
+          else if (clears) better = o.bytes < best.bytes;  // the least overshoot
+          else better = o.bytes > best.bytes;              // the most progress
+        } else {
+          double per = o.cost_us / double(std::min(o.bytes, need));
+          double best_per = best.cost_us / double(std::min(best.bytes, need));
+          better = per < best_per || (per == best_per && o.bytes > best.bytes);
+        }
+        if (better) {
+          best = o;
+          beat_per = best.cost_us == 0 ? 0 : best.cost_us / double(std::min(best.bytes, need));
+          if (o.recompute) std::swap(best_chain, scratch_);
+        }
       }
-      if (better) {
-        best = o;
-        beat_per = best.cost_us == 0 ? 0 : best.cost_us / double(std::min(best.bytes, need));
-        if (o.recompute) std::swap(best_chain, scratch_);
-      }
-    }
     return best;
   }
 
   Choice make_choice(const Option& o, const Chain& ch) {
-    taken_[size_t(o.gap)] = true;
+    const size_t taken = size_t(o.gap);
+    open_[last_resort_[taken] ? 1 : 0][taken / 64] &= ~(uint64_t(1) << (taken % 64));
     Choice c;
     c.gap = gaps_[size_t(o.gap)];
     if (o.recompute) {
@@ -482,7 +501,10 @@ class Selector {
   std::vector<int64_t> floor_;
   std::vector<int64_t> excess_;
   std::vector<Gap> gaps_;
-  std::vector<bool> taken_;
+  // Bit i of open_[k]: gap i is not taken yet and is a last resort (k = 1) or not (k = 0).
+  std::vector<uint64_t> open_[2];
+  // Bit i of covering_[s]: gap i covers step s; made when s is first picked at.
+  mutable std::vector<std::vector<uint64_t>> covering_;
   // Of each gap, read by every option: its tensor's bytes, eviction and prefetch on the link,
   // and the step that makes it.
   std::vector<int64_t> bytes_;
@@ -1058,6 +1080,11 @@ double regenerate_moved(const TrainingGraph& g, const std::vector<Lifetime>& lif
     improved = false;
     Regenerator regen(g, life, movable, recompute_ops, actions);
     const Residency& res = regen.residency();
+    std::vector<std::pair<TensorId, StepIndex>> reads;  // (tensor, step a recompute reads it at)
+    for (const Action& b : actions)
+      if (b.kind == ActionKind::recompute)
+        for (TensorId in : g.step(b.source_step).inputs) reads.emplace_back(in, b.ready_before_step);
+    std::sort(reads.begin(), reads.end());
     for (const auto& [stall, l] : stalled_transfers(g, actions, sim)) {
       // The late transfer, then those that held it up on its queue, the largest first.
       std::vector<size_t> suspects = {l};
@@ -1082,11 +1109,8 @@ double regenerate_moved(const TrainingGraph& g, const std::vector<Lifetime>& lif
         // The chain runs before the prefetch's deadline, or before an earlier step where
         // another recompute reads the tensor.
         StepIndex t = actions[f].ready_before_step;
-        for (const Action& b : actions)
-          if (b.kind == ActionKind::recompute && b.ready_before_step > u && b.ready_before_step < t) {
-            const Step& s = g.step(b.source_step);
-            if (std::find(s.inputs.begin(), s.inputs.end(), x) != s.inputs.end()) t = b.ready_before_step;
-          }
+        auto read = std::upper_bound(reads.begin(), reads.end(), std::make_pair(x, u));
+        if (read != reads.end() && read->first == x && read->second < t) t = read->second;
         if (t >= g.step_count() || !tried.insert({x, t}).second) continue;
         if (u < 0 || u + 2 > t) continue;
         bool clear = true;  // no other action of x inside [u, t]
