@@ -181,49 +181,56 @@ std::vector<int64_t> resident_bytes(const TrainingGraph& g, const std::vector<Li
   }
 
   // Residency changes of each tensor: the first step it is off (evict, discard) or on again
-  // (prefetch, recompute).
+  // (prefetch, recompute); grouped by tensor (a counting sort: first_change[x] is where x's
+  // begin), each group then in step order, off before on at one step.
   struct Change {
-    TensorId tensor;
     StepIndex at;
     bool on;
   };
-  std::vector<Change> changes;  // sorted below by tensor, then step, off before on at one step
-  changes.reserve(actions.size());
-  for (const Action& a : actions) {
+  auto change_of = [](const Action& a) -> Change {
+    switch (a.kind) {
+      case ActionKind::evict: return {a.ready_before_step, false};
+      case ActionKind::discard: return {a.after_step + 1, false};
+      case ActionKind::prefetch: return {a.after_step + 1, true};
+      default: return {a.ready_before_step, true};  // recompute
+    }
+  };
+  auto is_temporary = [&](const Action& a) {
     const Lifetime& l = life[static_cast<size_t>(a.tensor)];
-    if (a.kind == ActionKind::recompute && !l.persistent && a.ready_before_step > l.last) {
-      // A chain temporary: resident at ready_before_step only.
+    return a.kind == ActionKind::recompute && !l.persistent && a.ready_before_step > l.last;
+  };
+  std::vector<uint32_t> first_change(g.tensors.size() + 1, 0);
+  for (const Action& a : actions) {
+    if (is_temporary(a)) {  // a chain temporary: resident at ready_before_step only
       add(a.ready_before_step, a.ready_before_step, g.tensor(a.tensor).bytes);
       continue;
     }
-    switch (a.kind) {
-      case ActionKind::evict: changes.push_back({a.tensor, a.ready_before_step, false}); break;
-      case ActionKind::discard: changes.push_back({a.tensor, a.after_step + 1, false}); break;
-      case ActionKind::prefetch: changes.push_back({a.tensor, a.after_step + 1, true}); break;
-      case ActionKind::recompute: changes.push_back({a.tensor, a.ready_before_step, true}); break;
-      case ActionKind::advise: break;
-    }
+    if (a.kind != ActionKind::advise) ++first_change[static_cast<size_t>(a.tensor) + 1];
   }
-  std::sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) {
-    if (a.tensor != b.tensor) return a.tensor < b.tensor;
-    return a.at != b.at ? a.at < b.at : (!a.on && b.on);
-  });
-  for (size_t begin = 0, end = 0; begin < changes.size(); begin = end) {
-    const TensorId x = changes[begin].tensor;
-    while (end < changes.size() && changes[end].tensor == x) ++end;
-    const Lifetime& l = life[static_cast<size_t>(x)];
-    const int64_t bytes = g.tensor(x).bytes;
+  for (size_t x = 1; x < first_change.size(); ++x) first_change[x] += first_change[x - 1];
+  std::vector<Change> changes(first_change.back());
+  std::vector<uint32_t> next(first_change.begin(), first_change.end() - 1);
+  for (const Action& a : actions)
+    if (a.kind != ActionKind::advise && !is_temporary(a))
+      changes[next[static_cast<size_t>(a.tensor)]++] = change_of(a);
+  for (size_t x = 0; x + 1 < first_change.size(); ++x) {
+    if (first_change[x] == first_change[x + 1]) continue;
+    auto begin = changes.begin() + first_change[x], end = changes.begin() + first_change[x + 1];
+    std::sort(begin, end, [](const Change& a, const Change& b) {
+      return a.at != b.at ? a.at < b.at : (!a.on && b.on);
+    });
+    const Lifetime& l = life[x];
+    const int64_t bytes = g.tensors[x].bytes;
     // A tensor whose first change brings it on starts off the GPU (a persistent tensor kept on
     // the host between training steps).
-    bool on = !changes[begin].on;
+    bool on = !begin->on;
     StepIndex off_from = l.first;
-    for (size_t k = begin; k < end; ++k) {
-      const Change& ch = changes[k];
-      if (!ch.on && on) {
-        off_from = ch.at;
+    for (auto ch = begin; ch != end; ++ch) {
+      if (!ch->on && on) {
+        off_from = ch->at;
         on = false;
-      } else if (ch.on && !on) {
-        add(std::max(off_from, l.first), std::min(ch.at - 1, l.last), -bytes);
+      } else if (ch->on && !on) {
+        add(std::max(off_from, l.first), std::min(ch->at - 1, l.last), -bytes);
         on = true;
       }
     }
