@@ -23,6 +23,7 @@
 #include "emit/plan_json.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/parallel.h"
 #include "util/pass_timer.h"
 #include "util/size.h"
 
@@ -106,6 +107,13 @@ exit codes:
   6  no plan fits the budget: a step needs more than it on its own (the message names
      the step, its tensors and the smallest budget that works)
   7  the plan could not be written
+
+environment:
+  AUTOVM_THREADS=N      threads for planning's independent trials, 1 to 64 (default: the
+                        machine's hardware threads, at most 8); the plan is the same byte
+                        for byte whatever their number
+  AUTOVM_TIMINGS=1      print each pass's time (and plan_under_budget's parts) to standard
+                        error
 )";
 
 struct Args {
@@ -267,6 +275,10 @@ Args parse_args(int argc, char** argv, bool& done) {
   if (a.bucket_given && !a.options.data_parallel.enabled) usage_error("--bucket-mb needs --data-parallel");
   if (a.recompute_ops_given && !a.options.allow_recompute)
     usage_error("--recompute-ops and --no-recompute contradict each other: give one");
+  const char* threads = std::getenv("AUTOVM_THREADS");  // empty: as if unset
+  if (threads && *threads && !autovm::thread_count_from(threads))
+    usage_error(fmt::format("AUTOVM_THREADS is '{}': set it to a whole number from 1 to 64, or "
+                            "unset it", threads));
   return a;
 }
 

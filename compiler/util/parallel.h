@@ -4,13 +4,15 @@
 // then what the caller sees does not depend on the thread count or on timing. If calls throw,
 // the exception of the lowest such i is rethrown, after every call has ended.
 //
-// planning_threads() is how many threads the planner's independent trials use: the machine's
-// hardware threads, 1 to 8.
+// planning_threads() is how many threads the planner's independent trials use: AUTOVM_THREADS
+// when it holds a whole number from 1 to 64 (thread_count_from; the driver rejects any other
+// value but the empty one, which counts as unset), else the machine's hardware threads, 1 to 8.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdlib>
 #include <exception>
 #include <future>
 #include <thread>
@@ -18,7 +20,19 @@
 
 namespace autovm {
 
+// The thread count `text` holds (a whole number from 1 to 64), or 0 when it holds none.
+inline size_t thread_count_from(const char* text) {
+  size_t n = 0;
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c < '0' || *c > '9' || n > 64) return 0;
+    n = n * 10 + size_t(*c - '0');
+  }
+  return n >= 1 && n <= 64 ? n : 0;
+}
+
 inline size_t planning_threads() {
+  if (const char* text = std::getenv("AUTOVM_THREADS"))
+    if (size_t n = thread_count_from(text)) return n;
   return std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
 }
 

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -39,7 +40,30 @@ TEST_CASE("for_each_index rethrows the lowest failing index's exception, after a
   }
 }
 
-TEST_CASE("planning_threads is 1 to 8") {
+TEST_CASE("thread_count_from reads a whole number from 1 to 64, else 0") {
+  CHECK(thread_count_from("1") == 1);
+  CHECK(thread_count_from("8") == 8);
+  CHECK(thread_count_from("64") == 64);
+  CHECK(thread_count_from("007") == 7);
+  CHECK(thread_count_from("0") == 0);
+  CHECK(thread_count_from("65") == 0);
+  CHECK(thread_count_from("100000000000000000000000") == 0);
+  CHECK(thread_count_from("") == 0);
+  CHECK(thread_count_from("-1") == 0);
+  CHECK(thread_count_from("2 ") == 0);
+  CHECK(thread_count_from("x") == 0);
+}
+
+TEST_CASE("planning_threads follows AUTOVM_THREADS, else 1 to 8") {
+  const char* saved = std::getenv("AUTOVM_THREADS");
+  std::string kept = saved ? saved : "";
+  unsetenv("AUTOVM_THREADS");
   CHECK(planning_threads() >= 1);
   CHECK(planning_threads() <= 8);
+  setenv("AUTOVM_THREADS", "13", 1);
+  CHECK(planning_threads() == 13);
+  setenv("AUTOVM_THREADS", "zero", 1);
+  CHECK(planning_threads() <= 8);
+  if (saved) setenv("AUTOVM_THREADS", kept.c_str(), 1);
+  else unsetenv("AUTOVM_THREADS");
 }

@@ -232,6 +232,28 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"{'PASS' if ok else 'FAIL'} replan.py remakes the plan byte for byte")
     if not ok:
         print("  ", r.stdout[-800:], r.stderr[-800:])
+    # AUTOVM_THREADS: the plan does not depend on how many threads plan the trials (VGG-19 runs
+    # every strategy, the ban search and the gap splits; ResNet-50 at its least budget the
+    # large-graph passes on each candidate at once); a value that is no count is refused.
+    for model, batch, budget in [("vgg19.onnx", "64", "2792602656B"), ("resnet50.onnx", "32", "min")]:
+        plans = []
+        for threads in ("1", "3"):
+            r = subprocess.run([PLAN, os.path.join(MODELS, model), "--batch", batch, "--budget", budget,
+                                "--quiet"], capture_output=True, env={**os.environ, "AUTOVM_THREADS": threads})
+            plans.append(r.stdout if r.returncode == 0 else None)
+        ok = plans[0] is not None and plans[0] == plans[1] and len(json.loads(plans[0])["actions"]) > 0
+        results.append(ok)
+        print(f"{'PASS' if ok else 'FAIL'} {model} b{batch} {budget}: the same plan on 1 and 3 threads")
+    r = subprocess.run([PLAN, RESNET18, "--batch", "2", "-o", os.devnull], capture_output=True,
+                       env={**os.environ, "AUTOVM_THREADS": ""})
+    results.append(r.returncode == 0)
+    print(f"{'PASS' if results[-1] else 'FAIL'} AUTOVM_THREADS='' counts as unset")
+    for bad in ("0", "many", "65", "-2"):
+        r = subprocess.run([PLAN, RESNET18, "--batch", "2", "-o", os.devnull], capture_output=True, text=True,
+                           env={**os.environ, "AUTOVM_THREADS": bad})
+        ok = r.returncode == 2 and f"AUTOVM_THREADS is '{bad}'" in r.stderr
+        results.append(ok)
+        print(f"{'PASS' if ok else 'FAIL'} AUTOVM_THREADS='{bad}' is refused: exit {r.returncode} (want 2)")
     leftovers = [f for f in os.listdir(tmp) if ".tmp" in f]
     results.append(not leftovers)
     print(f"{'PASS' if not leftovers else 'FAIL'} no temporary files left behind {leftovers}")
