@@ -276,11 +276,11 @@ void plan_under_budget(Plan& plan) {
   plan.prediction = predict("autovm", sim, max_of(resident_bytes(g, plan.lifetimes, plan.actions)), budget);
   SimResult resident = simulate(g, {}, plan.compute_us, mech, device);
   plan.no_swap_step_time_us = resident.step_time_us;
-  bound_now();
-  plan.bound_us = bound->bound_us;
-  plan.bound_critical_step = bound->critical_step;
-  plan.bound_must_move_bytes = bound->must_move_bytes;
-  if (plan.options.explain_bound) plan.bound_terms = std::make_shared<StepTimeBound>(*bound);
+  const StepTimeBound& lower = bound_now();
+  plan.bound_us = lower.bound_us;
+  plan.bound_critical_step = lower.critical_step;
+  plan.bound_must_move_bytes = lower.must_move_bytes;
+  if (plan.options.explain_bound) plan.bound_terms = std::make_shared<StepTimeBound>(lower);
   timer.done("  prediction and bound");
   if (!swaps) return;
   plan.baselines.push_back(predict("no_swap", resident, plan.timeline.peak_bytes, budget));
