@@ -102,6 +102,11 @@ class LinkLoad {
   std::vector<double> tree_;
 };
 
+// The greedy selection (swap_planner.h): while some step is over the budget, take one more
+// gap's tensor off there, the cheapest per byte. Its options are the planner's hot loop (a
+// ResNet-152 plan at its least budget weighs millions): only the open gaps that cover the step
+// are visited (bitsets), and the parts of an option that cannot make it the best so far are not
+// worked out (option); neither changes the choice.
 class Selector {
  public:
   Selector(const TrainingGraph& g, const std::vector<Lifetime>& life,
