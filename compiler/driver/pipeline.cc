@@ -73,12 +73,13 @@ void plan_under_budget(Plan& plan) {
   SimResult sim;
   // The bound depends on none of the choices below: when there are any to make, it is worked
   // out on another thread beside them (the gap-split gate and the prediction wait for it).
-  std::future<StepTimeBound> bound_future = std::async(
-      swaps ? std::launch::async : std::launch::deferred, [&] {
-        return lower_bound(g, plan.lifetimes, plan.timeline.total, plan.compute_us, budget, mech,
-                           plan.options.movable, plan.options.allow_recompute,
-                           plan.options.recompute_ops, plan.options.explain_bound);
-      });
+  auto work_out_bound = [&] {
+    return lower_bound(g, plan.lifetimes, plan.timeline.total, plan.compute_us, budget, mech,
+                       plan.options.movable, plan.options.allow_recompute,
+                       plan.options.recompute_ops, plan.options.explain_bound);
+  };
+  std::future<StepTimeBound> bound_future = swaps ? async_or_deferred(work_out_bound)
+                                                  : std::async(std::launch::deferred, work_out_bound);
   std::optional<StepTimeBound> bound;
   auto bound_now = [&]() -> const StepTimeBound& {
     if (!bound) bound = bound_future.get();
@@ -361,10 +362,11 @@ Plan plan_model(model::Model& m, const PlanOptions& options, bool shapes_known) 
   // reads it: on a large graph it is computed on a second core beside the timeline and the swap
   // planning (same result: the layout is a pure function of its inputs).
   const bool large = plan.training.graph.tensors.size() >= kLayoutBesideTensors;
-  std::future<ArenaLayout> arena = std::async(large ? std::launch::async : std::launch::deferred,
-                                              [&plan, alignment = options.alignment] {
+  auto lay_out = [&plan, alignment = options.alignment] {
     return layout_arena(plan.training.graph, plan.lifetimes, alignment);
-  });
+  };
+  std::future<ArenaLayout> arena = large ? async_or_deferred(lay_out)
+                                         : std::async(std::launch::deferred, lay_out);
   plan.timeline = compute_timeline(plan.training.graph, plan.lifetimes);
   timer.done("compute_timeline");
   plan_under_budget(plan);

@@ -4,6 +4,7 @@
 #include <future>
 
 #include "emit/json_writer.h"
+#include "util/parallel.h"
 
 namespace autovm {
 namespace {
@@ -49,7 +50,7 @@ void write_rows(JsonWriter& w, size_t count, const Row& row) {
   for (size_t begin = 0; begin < count; begin += 2 * kBlock) {
     std::future<void> next;  // joined before `theirs` is read, or on the way out of an exception
     if (begin + kBlock < count)
-      next = std::async(std::launch::async, [&, b = begin + kBlock] { format(theirs, b); });
+      next = async_or_deferred([&, b = begin + kBlock] { format(theirs, b); });
     format(mine, begin);
     w.rows(mine);
     if (next.valid()) {

@@ -20,6 +20,7 @@
 
 #include "model/model.h"
 #include "util/error.h"
+#include "util/parallel.h"
 #include "util/sha256.h"
 
 namespace autovm::model {
@@ -677,8 +678,8 @@ Model load_model_from_bytes(const void* data, size_t size, const std::string& na
   check_parsable_size(size, name);
   // A large file's digest is computed on another core while this one parses (a small one's is
   // quicker than starting a thread, and is computed by get() below).
-  auto policy = size >= (size_t(4) << 20) ? std::launch::async : std::launch::deferred;
-  auto digest = std::async(policy, [data, size] { return sha256_hex(data, size); });
+  auto hash = [data, size] { return sha256_hex(data, size); };
+  auto digest = size >= (size_t(4) << 20) ? async_or_deferred(hash) : std::async(std::launch::deferred, hash);
   // One allocation pool for the parsed message, freed at once: much faster than a message tree
   // of its own allocations. Its blocks stay below malloc's mmap threshold, so the memory freed
   // here is reused by the passes that follow instead of being returned and faulted in again.

@@ -4,6 +4,8 @@
 // then what the caller sees does not depend on the thread count or on timing. If calls throw,
 // the exception of the lowest such i is rethrown, after every call has ended.
 //
+// When no more threads can be started (a process limit), the work runs on those there are.
+//
 // planning_threads() is how many threads the planner's independent trials use: AUTOVM_THREADS
 // when it holds a whole number from 1 to 64 (thread_count_from; the driver rejects any other
 // value but the empty one, which counts as unset), else the machine's hardware threads, 1 to 8.
@@ -15,6 +17,7 @@
 #include <cstdlib>
 #include <exception>
 #include <future>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -28,6 +31,17 @@ inline size_t thread_count_from(const char* text) {
     n = n * 10 + size_t(*c - '0');
   }
   return n >= 1 && n <= 64 ? n : 0;
+}
+
+// std::async(std::launch::async, fn), or a deferred call of fn (run by get()) when no thread
+// can be started.
+template <typename Fn>
+auto async_or_deferred(Fn&& fn) {
+  try {
+    return std::async(std::launch::async, fn);
+  } catch (const std::system_error&) {
+    return std::async(std::launch::deferred, fn);
+  }
 }
 
 inline size_t planning_threads() {
@@ -51,7 +65,13 @@ void for_each_index(size_t n, size_t threads, Fn&& fn) {
   };
   threads = std::max<size_t>(1, std::min(threads, n));
   std::vector<std::future<void>> others;
-  for (size_t w = 1; w < threads; ++w) others.push_back(std::async(std::launch::async, work));
+  for (size_t w = 1; w < threads; ++w) {
+    try {
+      others.push_back(std::async(std::launch::async, work));
+    } catch (const std::system_error&) {
+      break;  // no thread to be had (a process limit): the threads there are do the rest
+    }
+  }
   work();
   for (auto& f : others) f.get();
   for (const std::exception_ptr& e : errors)

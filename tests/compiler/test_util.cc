@@ -67,3 +67,10 @@ TEST_CASE("planning_threads follows AUTOVM_THREADS, else 1 to 8") {
   if (saved) setenv("AUTOVM_THREADS", kept.c_str(), 1);
   else unsetenv("AUTOVM_THREADS");
 }
+
+TEST_CASE("async_or_deferred returns fn's value through get()") {
+  int runs = 0;
+  auto f = async_or_deferred([&] { ++runs; return 42; });
+  CHECK(f.get() == 42);
+  CHECK(runs == 1);
+}
