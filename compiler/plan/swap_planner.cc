@@ -673,15 +673,22 @@ void sort_actions(std::vector<Action>& actions) {
     std::sort(actions.begin(), actions.end(), before);
 }
 
-}  // namespace
-
-void keep_transfers_off_recompute_reads(const TrainingGraph& g, std::vector<Action>& actions) {
-  std::vector<std::pair<TensorId, StepIndex>> reads;  // (tensor, step where a recompute reads it)
+// (tensor, step) for each step where a recompute reads the tensor (rule 3), sorted, once each.
+std::vector<std::pair<TensorId, StepIndex>> recompute_reads(const TrainingGraph& g,
+                                                            const std::vector<Action>& actions) {
+  std::vector<std::pair<TensorId, StepIndex>> reads;
   for (const Action& a : actions)
     if (a.kind == ActionKind::recompute)
       for (TensorId in : g.step(a.source_step).inputs) reads.emplace_back(in, a.ready_before_step);
   std::sort(reads.begin(), reads.end());
   reads.erase(std::unique(reads.begin(), reads.end()), reads.end());
+  return reads;
+}
+
+}  // namespace
+
+void keep_transfers_off_recompute_reads(const TrainingGraph& g, std::vector<Action>& actions) {
+  const std::vector<std::pair<TensorId, StepIndex>> reads = recompute_reads(g, actions);
   for (Action& a : actions) {
     if (a.kind != ActionKind::evict && a.kind != ActionKind::prefetch) continue;
     // The reads of a.tensor in [after_step + 1, ready_before_step - 1]: [first, last).
@@ -1085,11 +1092,7 @@ double regenerate_moved(const TrainingGraph& g, const std::vector<Lifetime>& lif
     improved = false;
     Regenerator regen(g, life, movable, recompute_ops, actions);
     const Residency& res = regen.residency();
-    std::vector<std::pair<TensorId, StepIndex>> reads;  // (tensor, step a recompute reads it at)
-    for (const Action& b : actions)
-      if (b.kind == ActionKind::recompute)
-        for (TensorId in : g.step(b.source_step).inputs) reads.emplace_back(in, b.ready_before_step);
-    std::sort(reads.begin(), reads.end());
+    const std::vector<std::pair<TensorId, StepIndex>> reads = recompute_reads(g, actions);
     for (const auto& [stall, l] : stalled_transfers(g, actions, sim)) {
       // The late transfer, then those that held it up on its queue, the largest first.
       std::vector<size_t> suspects = {l};
