@@ -461,7 +461,7 @@ class Selector {
         floor_[size_t(k)] += g_.tensor(c.gap.tensor).bytes;
       for (TensorId y : ch.temporaries) temporaries_at_[size_t(ch.at)].insert(y);
       for (StepIndex q : ch.steps) ran_at_[size_t(ch.at)].insert(q);
-      lower_excess(ch.at, -ch.temporary_bytes);
+      change_excess(ch.at, ch.temporary_bytes);
       return c;
     }
     c.lo = o.lo;
@@ -477,19 +477,19 @@ class Selector {
   void apply(const Choice& c) {
     int64_t bytes = g_.tensor(c.gap.tensor).bytes;
     if (!c.gap.wrap) {
-      for (StepIndex s = c.lo; s <= c.hi; ++s) lower_excess(s, bytes);
+      for (StepIndex s = c.lo; s <= c.hi; ++s) change_excess(s, -bytes);
     } else {
-      for (StepIndex s = c.lo; s < n_; ++s) lower_excess(s, bytes);
-      for (StepIndex s = 0; s <= c.hi; ++s) lower_excess(s, bytes);
+      for (StepIndex s = c.lo; s < n_; ++s) change_excess(s, -bytes);
+      for (StepIndex s = 0; s <= c.hi; ++s) change_excess(s, -bytes);
     }
     off_[size_t(c.gap.tensor)].push_back(c);
   }
 
-  // Step s's excess less `bytes` (more, when negative), noting whether s went over or under.
-  void lower_excess(StepIndex s, int64_t bytes) {
+  // Adds `delta` bytes to step s's excess, noting whether s went over or under the budget.
+  void change_excess(StepIndex s, int64_t delta) {
     int64_t& e = excess_[size_t(s)];
     bool was_over = e > 0;
-    e -= bytes;
+    e += delta;
     if (was_over != (e > 0)) over_changed_ = true;
   }
 

@@ -250,9 +250,14 @@ TEST_CASE("transfers keep clear of the steps where a recompute reads their tenso
     return *std::find_if(actions.begin(), actions.end(),
                          [&](const Action& a) { return a.kind == kind; });
   };
+  // The transfers beside the recompute of b, after the pass.
+  auto kept_off = [&](std::vector<Action> transfers) {
+    transfers.push_back(rerun_b);
+    keep_transfers_off_recompute_reads(g, transfers);
+    return transfers;
+  };
   SUBCASE("a prefetch in flight there is due before it; the step waits for it") {
-    std::vector<Action> actions = {transfer(ActionKind::prefetch, 1, 4), rerun_b};
-    keep_transfers_off_recompute_reads(g, actions);
+    std::vector<Action> actions = kept_off({transfer(ActionKind::prefetch, 1, 4)});
     const Action p = find(actions, ActionKind::prefetch);
     CHECK(p.after_step == 1);
     CHECK(p.ready_before_step == 3);
@@ -263,16 +268,13 @@ TEST_CASE("transfers keep clear of the steps where a recompute reads their tenso
     CHECK(r.start_us[3] == doctest::Approx(130));
   }
   SUBCASE("an eviction in flight there is issued after it") {
-    std::vector<Action> actions = {transfer(ActionKind::evict, 1, 4), rerun_b};
-    keep_transfers_off_recompute_reads(g, actions);
-    const Action e = find(actions, ActionKind::evict);
+    const Action e = find(kept_off({transfer(ActionKind::evict, 1, 4)}), ActionKind::evict);
     CHECK(e.after_step == 3);
     CHECK(e.ready_before_step == 4);
   }
   SUBCASE("transfers whose copies miss the read are left alone") {
-    std::vector<Action> actions = {transfer(ActionKind::prefetch, 3, 4),
-                                   transfer(ActionKind::evict, 1, 3), rerun_b};
-    keep_transfers_off_recompute_reads(g, actions);
+    std::vector<Action> actions =
+        kept_off({transfer(ActionKind::prefetch, 3, 4), transfer(ActionKind::evict, 1, 3)});
     CHECK(find(actions, ActionKind::prefetch).after_step == 3);
     CHECK(find(actions, ActionKind::prefetch).ready_before_step == 4);
     CHECK(find(actions, ActionKind::evict).after_step == 1);
