@@ -2,6 +2,8 @@
 // (docs/execution-model.md, "Residency").
 #include "plan/baselines.h"
 
+#include "plan/gaps.h"
+
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -19,13 +21,13 @@ StepIndex first_backward_step(const TrainingGraph& g) {
 }
 
 // A tensor's last forward use and first backward use (-1 when it has none).
-struct Gap {
+struct ForwardBackwardGap {
   StepIndex last_forward = -1;
   StepIndex first_backward = -1;
 };
 
-Gap gap_of(const Lifetime& l, StepIndex backward) {
-  Gap gap;
+ForwardBackwardGap gap_of(const Lifetime& l, StepIndex backward) {
+  ForwardBackwardGap gap;
   for (StepIndex u : l.uses) {
     if (u < backward) gap.last_forward = u;
     else if (gap.first_backward < 0) gap.first_backward = u;
@@ -47,7 +49,7 @@ Action make(ActionKind kind, const TrainingGraph& g, TensorId t, StepIndex after
 
 // Evict `t` after its last forward use f (off from f + 1) and prefetch it after step p so that
 // it is resident again at its first backward use u. Needs f + 1 <= p <= u - 1.
-void swap_out_and_in(std::vector<Action>& actions, const TrainingGraph& g, TensorId t, Gap gap,
+void swap_out_and_in(std::vector<Action>& actions, const TrainingGraph& g, TensorId t, ForwardBackwardGap gap,
                      StepIndex p, const std::string& mechanism) {
   assert(gap.last_forward + 1 <= p && p <= gap.first_backward - 1);
   actions.push_back(make(ActionKind::evict, g, t, gap.last_forward, gap.last_forward + 1, mechanism));
@@ -55,7 +57,7 @@ void swap_out_and_in(std::vector<Action>& actions, const TrainingGraph& g, Tenso
 }
 
 // Worth swapping: used in forward and in backward, with at least one step in between.
-bool has_gap(Gap gap) {
+bool has_gap(ForwardBackwardGap gap) {
   return gap.last_forward >= 0 && gap.first_backward >= gap.last_forward + 2;
 }
 
@@ -88,7 +90,7 @@ BaselinePlan baseline_vdnn(const TrainingGraph& g, const std::vector<Lifetime>& 
     TensorId x = s.inputs[0];
     if (done[static_cast<size_t>(x)] || !swappable_kind(g.tensor(x).kind)) continue;
     done[static_cast<size_t>(x)] = 1;
-    Gap gap = gap_of(life[static_cast<size_t>(x)], backward);
+    ForwardBackwardGap gap = gap_of(life[static_cast<size_t>(x)], backward);
     if (!has_gap(gap)) continue;
     // Issue the prefetch when the step before the previous convolution's gradient finishes:
     // the last ConvGrad before the first backward use (or, with none, at the start of backward).
@@ -106,7 +108,7 @@ BaselinePlan baseline_save_on_cpu(const TrainingGraph& g, const std::vector<Life
   std::vector<Action> actions;
   for (const Tensor& t : g.tensors) {
     if (!swappable_kind(t.kind)) continue;
-    Gap gap = gap_of(life[static_cast<size_t>(t.id)], backward);
+    ForwardBackwardGap gap = gap_of(life[static_cast<size_t>(t.id)], backward);
     if (!has_gap(gap)) continue;
     swap_out_and_in(actions, g, t.id, gap, gap.first_backward - 1, mechanism);
   }
@@ -200,9 +202,10 @@ std::vector<int64_t> resident_bytes(const TrainingGraph& g, const std::vector<Li
     return a.kind == ActionKind::recompute && !l.persistent && a.ready_before_step > l.last;
   };
   std::vector<uint32_t> first_change(g.tensors.size() + 1, 0);
+  std::vector<int64_t> temporaries(static_cast<size_t>(n) + 1, 0);
   for (const Action& a : actions) {
-    if (is_temporary(a)) {  // a chain temporary: resident at ready_before_step only
-      add(a.ready_before_step, a.ready_before_step, g.tensor(a.tensor).bytes);
+    if (is_temporary(a)) {  // a chain temporary: there in the moment before ready_before_step
+      temporaries[static_cast<size_t>(a.ready_before_step)] += g.tensor(a.tensor).bytes;
       continue;
     }
     if (a.kind != ActionKind::advise) ++first_change[static_cast<size_t>(a.tensor) + 1];
@@ -237,6 +240,12 @@ std::vector<int64_t> resident_bytes(const TrainingGraph& g, const std::vector<Li
     if (!on) add(std::max(off_from, l.first), l.last, -bytes);
   }
 
+  // The moment before step s holds its temporaries, not what s allocates as it starts.
+  const std::vector<int64_t> allocated = step_allocations(g, life);
+  for (StepIndex s = 0; s < n; ++s) {
+    const int64_t beyond = temporaries[static_cast<size_t>(s)] - allocated[static_cast<size_t>(s)];
+    if (beyond > 0) add(s, s, beyond);
+  }
   std::vector<int64_t> resident(static_cast<size_t>(n), 0);
   int64_t running = 0;
   for (size_t s = 0; s < resident.size(); ++s) resident[s] = running += delta[s];

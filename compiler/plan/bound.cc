@@ -66,8 +66,9 @@ class Regeneration {
   Regeneration(const TrainingGraph& g, const std::vector<Lifetime>& life,
                const std::vector<int64_t>& unavoidable, int64_t budget, MovableKinds movable,
                bool allow_recompute, const RecomputeOps& ops)
-      : g_(g), life_(life), unavoidable_(unavoidable), range_min_(unavoidable), budget_(budget),
-        movable_(movable), ops_(ops), pieces_(g.tensors.size()) {
+      : g_(g), life_(life), unavoidable_(unavoidable), before_(before_step(g, life, unavoidable)),
+        range_min_(unavoidable), before_min_(before_), budget_(budget), movable_(movable),
+        ops_(ops), pieces_(g.tensors.size()) {
     if (!allow_recompute) return;
     for (const Tensor& t : g.tensors) {
       const Lifetime& l = life[size_t(t.id)];
@@ -210,24 +211,41 @@ class Regeneration {
     return n;
   }
 
+  // Unavoidable bytes in the moment before each step (docs/execution-model.md): those of the
+  // step less what it allocates as it starts (step_allocations, gaps.h).
+  static std::vector<int64_t> before_step(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                                          const std::vector<int64_t>& unavoidable) {
+    std::vector<int64_t> out = step_allocations(g, life);
+    for (size_t t = 0; t < out.size(); ++t) out[t] = unavoidable[t] - out[t];
+    return out;
+  }
+
   // The last step t in [lo, hi] (hi <= u, x's next use) before which a recompute fits, lo - 1
-  // when none: unavoidable(t) + x (unless used at t) + the chain's movable inputs not used at t
-  // <= budget.
+  // when none: in the moment before t, where the chain runs, before(t) + x (unless used at t)
+  // + the chain's movable inputs not used at t <= budget; and at t, where x stays,
+  // unavoidable(t) + x (unless used at t) <= budget.
   StepIndex last_fit(TensorId x, StepIndex u, const Needs& n, StepIndex lo, StepIndex hi) const {
     hi = std::min(hi, n.until);
     if (lo > hi) return lo - 1;
+    const int64_t x_bytes = g_.tensor(x).bytes;
     auto fits = [&](StepIndex t) {
-      int64_t need = used_at(life_[size_t(x)], t) ? 0 : g_.tensor(x).bytes;
+      int64_t need = used_at(life_[size_t(x)], t) ? 0 : x_bytes;
+      if (unavoidable_[size_t(t)] + need > budget_) return false;
       for (TensorId y : n.inputs)
         if (movable_.has(g_.tensor(y).kind) && !used_at(life_[size_t(y)], t))
           need += g_.tensor(y).bytes;
-      return unavoidable_[size_t(t)] + need <= budget_;
+      return before_[size_t(t)] + need <= budget_;
     };
     if (hi == u && fits(u)) return u;
     // Off the uses of the inputs (and before u) the need is the most it can be; at their uses,
-    // less.
-    StepIndex last = range_min_.last_at_most(lo, std::min(hi, u - 1),
-                                             budget_ - g_.tensor(x).bytes - n.bytes);
+    // less. The last step there that passes both tests: each test's last step, in turn, until
+    // they agree.
+    StepIndex last = std::min(hi, u - 1);
+    for (StepIndex prev = last + 1; last >= lo && last != prev;) {
+      prev = last;
+      last = before_min_.last_at_most(lo, last, budget_ - x_bytes - n.bytes);
+      last = range_min_.last_at_most(lo, last, budget_ - x_bytes);
+    }
     last = std::max(last, lo - 1);
     for (TensorId y : n.inputs) {
       const auto& uses = life_[size_t(y)].uses;
@@ -241,7 +259,9 @@ class Regeneration {
   const TrainingGraph& g_;
   const std::vector<Lifetime>& life_;
   const std::vector<int64_t>& unavoidable_;
-  RangeMin range_min_;
+  std::vector<int64_t> before_;  // unavoidable bytes in the moment before each step
+  RangeMin range_min_;  // of unavoidable_
+  RangeMin before_min_;  // of before_
   int64_t budget_;
   MovableKinds movable_;
   RecomputeOps ops_;

@@ -23,9 +23,12 @@
 // made by a step that is not a forward one, by a dropout, or by an op that recompute_ops leaves
 // out: plan/recompute_ops.h), nor through a dead input of a kind that may not move. Rule 5
 // makes every input of every step of the chain resident at t: as a temporary, or live, and
-// then not in unavoidable(t) unless t uses it; and x is resident from t.
-// So the recompute needs
-//     unavoidable(t) + bytes(x) (unless t uses x) + the movable inputs t does not use <= budget,
+// then not in unavoidable(t) unless t uses it; and x is resident from t. The chain runs in the
+// moment before t (docs/execution-model.md), which holds unavoidable(t) less what t allocates
+// as it starts (step_allocations, gaps.h): before(t). So the recompute needs
+//     before(t) + bytes(x) (unless t uses x) + the movable inputs t does not use <= budget
+// (in that moment) and unavoidable(t) + bytes(x) (unless t uses x) <= budget (at t, where x
+// stays; the live inputs stay too, left out here, which only lets more recomputes pass),
 // and t <= last(y) for each input y that dies after s and cannot be a temporary. x is
 // regenerable at s when some t in [s+1, d(x)] passes: only then may a `discard` take it off at s.
 // (Worked out once per piece of a gap, a run of steps where no input of x's producer dies, with

@@ -115,7 +115,8 @@ class Selector {
       : g_(g), life_(life), compute_(compute_us), mech_(mech), opts_(o),
         n_(g.step_count()), to_host_(compute_us),
         to_device_(compute_us), unavoidable_(unavoidable_bytes(g, life, o.movable)),
-        floor_(unavoidable_) {
+        floor_(unavoidable_), allocated_(step_allocations(g, life)),
+        temporary_bytes_at_(size_t(n_), 0) {
     std::vector<int64_t> resident = resident_bytes(g, life, base);
     excess_.resize(resident.size());
     for (size_t s = 0; s < resident.size(); ++s) excess_[s] = resident[s] - o.budget_bytes;
@@ -124,6 +125,9 @@ class Selector {
     in_base_.assign(g.tensors.size(), false);
     for (const Action& a : base) {
       in_base_[size_t(a.tensor)] = true;
+      const Lifetime& l = life[size_t(a.tensor)];
+      if (a.kind == ActionKind::recompute && !l.persistent && a.ready_before_step > l.last)
+        temporary_bytes_at_[size_t(a.ready_before_step)] += g.tensor(a.tensor).bytes;
       if (a.kind == ActionKind::recompute)
         for (TensorId in : g.step(a.source_step).inputs) {
           if (!pinned_at(in, a.ready_before_step) && g.tensor(in).bytes > 0)
@@ -274,15 +278,24 @@ class Selector {
     const std::set<StepIndex>& ran = ran_at_[size_t(at)];
     for (StepIndex q : c.steps)
       if (!ran.count(q)) c.cost_us += compute_[size_t(q)];
-    // The temporaries, the pins that step `at` does not use itself and the regenerated tensor
-    // (resident from `at` to its next use) must fit beside what those steps need anyway.
-    int64_t extra = c.temporary_bytes;
+    // The temporaries (as far as they exceed what `at` allocates: resident_bytes), the pins
+    // that step `at` does not use itself and the regenerated tensor (resident from `at` to its
+    // next use) must fit beside what those steps need anyway.
+    int64_t extra = temporaries_beyond(at, c.temporary_bytes);
     for (TensorId y : c.pins)
       if (!pinned_at(y, at)) extra += g_.tensor(y).bytes;
     if (floor_[size_t(at)] + extra > opts_.budget_bytes) return false;
     for (StepIndex s = at; s < gp.before; ++s)
       if (floor_[size_t(s)] + (s == at ? extra : 0) + bytes > opts_.budget_bytes) return false;
     return true;
+  }
+
+  // What `more` bytes of chain temporaries before step `at` add to its resident bytes: the
+  // moment before `at` holds them and not what `at` allocates (resident_bytes, baselines.h).
+  int64_t temporaries_beyond(StepIndex at, int64_t more) const {
+    if (opts_.temporaries_beside_step) return more;
+    const int64_t now = temporary_bytes_at_[size_t(at)], room = allocated_[size_t(at)];
+    return std::max<int64_t>(0, now + more - room) - std::max<int64_t>(0, now - room);
   }
 
   // Whether y already counts in floor_[at]: used there, of a kind that may not move and live
@@ -456,12 +469,14 @@ class Selector {
         floor_[size_t(ch.at)] += g_.tensor(y).bytes;
         pinned_[size_t(y)].push_back(ch.at);
       }
-      floor_[size_t(ch.at)] += ch.temporary_bytes;
+      const int64_t beyond = temporaries_beyond(ch.at, ch.temporary_bytes);
+      temporary_bytes_at_[size_t(ch.at)] += ch.temporary_bytes;
+      floor_[size_t(ch.at)] += beyond;
       for (StepIndex k = ch.at; k < c.gap.before; ++k)
         floor_[size_t(k)] += g_.tensor(c.gap.tensor).bytes;
       for (TensorId y : ch.temporaries) temporaries_at_[size_t(ch.at)].insert(y);
       for (StepIndex q : ch.steps) ran_at_[size_t(ch.at)].insert(q);
-      change_excess(ch.at, ch.temporary_bytes);
+      change_excess(ch.at, beyond);
       return c;
     }
     c.lo = o.lo;
@@ -504,6 +519,8 @@ class Selector {
   // What must be resident at each step whatever is chosen next: unavoidable bytes, chain pins
   // and temporaries, and regenerated tensors resident from their chain to their next use.
   std::vector<int64_t> floor_;
+  std::vector<int64_t> allocated_;            // step_allocations (gaps.h)
+  std::vector<int64_t> temporary_bytes_at_;   // chain temporaries before each step
   std::vector<int64_t> excess_;
   std::vector<Gap> gaps_;
   // Bit i of open_[k]: gap i is not taken yet and is a last resort (k = 1) or not (k = 0).

@@ -10,7 +10,9 @@
 //               recursively, the producers of its inputs whose lifetime ended, run again just
 //               before its next use (or before a step where another chain needs it), their
 //               live inputs and outputs kept resident there (pinned), the dead ones made as
-//               temporaries that count against the budget at that step. A chain is not
+//               temporaries that count against the budget in the moment before that step
+//               (beside what the step reads, not what it allocates; or, with
+//               SwapOptions::temporaries_beside_step, on top of the step). A chain is not
 //               offered when its temporaries, its pins that step does not use and the tensor
 //               it regenerates (resident from the chain to its next use) cannot fit beside
 //               what those steps must hold already: their unavoidable bytes and earlier
@@ -59,6 +61,13 @@ struct SwapOptions {
   // the link is shared and the hiding estimate is optimistic (copy streams run in issue
   // order), so a hidden transfer is not free next to a recompute.
   double link_weight = 0.1;
+  // Count a chain's temporaries on top of everything its step holds, as if the chain ran
+  // during the step, instead of in the moment before it (docs/execution-model.md), where what
+  // the step allocates is not there yet. Stricter than the execution model, so every plan it
+  // gives is valid; the greedy then takes fewer chains and moves more, which some models at
+  // their least budget run faster with (DenseNet-121 b128 --budget min: 351 ms against 484 on
+  // h200-pcie, 2026-12-01). pipeline.cc tries both.
+  bool temporaries_beside_step = false;
   // Gaps select takes only when no other gap can relieve the step (plan/ban_search.h): a gap
   // of `tensor` that starts after step `after` or ends before step `before` (-2: that end not
   // matched).

@@ -38,13 +38,16 @@ def pytorch_margin(doc):
 def resident_bytes(doc):
     """Bytes the plan keeps on the GPU at each step: live bytes (steps[].live_bytes) less the
     tensors off there (from an evict's ready_before_step, or a discard's, until the step after
-    the prefetch's or recompute's after_step), plus the temporaries of recompute chains (a
-    tensor made again after its lifetime ended, resident at the recompute's ready_before_step
-    only: docs/execution-model.md, rule 5)."""
+    the prefetch's or recompute's after_step), in the larger of the step's two moments
+    (docs/execution-model.md, "The moment before a step"): the step's own, or the one before it,
+    which holds the temporaries of its recompute chains (tensors made again after their
+    lifetime ended) but not what the step allocates as it starts (its outputs whose lifetime
+    begins there and that it does not read, its workspace less steps[].reserve_bytes)."""
     steps = doc.get("steps", [])
     n = len(steps)
     off = [0] * (n + 1)
     persistent = {l["tensor"] for l in doc.get("lifetimes", []) if l.get("persistent")}
+    temporary = [0] * n
     by_tensor = {}
     for a in doc.get("actions", []):
         if a.get("kind") in ("evict", "discard", "prefetch", "recompute"):
@@ -63,8 +66,7 @@ def resident_bytes(doc):
             elif a["kind"] == "recompute" and a["tensor"] not in persistent:  # a temporary
                 t = a["ready_before_step"]
                 if 0 <= t < n:
-                    off[t] -= a["bytes"]
-                    off[t + 1] += a["bytes"]
+                    temporary[t] += a["bytes"]
             else:  # a persistent tensor kept on the host over the step boundary
                 hi = min(n, a["after_step"] + 1)
                 off[0] += a["bytes"]
@@ -73,9 +75,30 @@ def resident_bytes(doc):
             off[start] += a["bytes"]
             off[n] -= a["bytes"]
     out, cur = [], 0
+    allocated = _step_allocations(doc)
     for k in range(n):
         cur += off[k]
-        out.append(int(steps[k].get("live_bytes", 0)) - cur)
+        out.append(int(steps[k].get("live_bytes", 0)) - cur + max(0, temporary[k] - allocated[k]))
+    return out
+
+
+def _step_allocations(doc):
+    """Bytes each step allocates as it starts: its outputs whose lifetime begins there and that
+    it does not read, and its workspace less its reserve_bytes."""
+    first = {l["tensor"]: (l["first"], l.get("persistent", False))
+             for l in doc.get("lifetimes", [])}
+    size = {t["id"]: int(t["bytes"]) for t in doc.get("tensors", [])}
+    out = []
+    for k, st in enumerate(doc.get("steps", [])):
+        b = 0
+        for o in set(st.get("outputs", [])):
+            f, persistent = first.get(o, (None, True))
+            if not persistent and f == k and o not in st.get("inputs", []):
+                b += size.get(o, 0)
+        w = st.get("workspace")
+        if w is not None:
+            b += max(0, size.get(w, 0) - int(st.get("reserve_bytes", 0)))
+        out.append(b)
     return out
 
 

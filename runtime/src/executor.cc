@@ -155,6 +155,7 @@ void Executor::complete(StepIndex before_step, void* stream) {
           assert(a.temporary_offset != kNoTemporary);
           temporary_offset_[static_cast<size_t>(t.id)] = a.temporary_offset;
           set_state(t.id, AUTOVM_RESIDENCY_RESIDENT);
+          chain_temporary_bytes_ += t.bytes;
           ++stats_.recomputes;
           break;
         }
@@ -191,17 +192,27 @@ void Executor::step_begin(StepIndex s, void* stream) {
     }
     issue(-1, stream);
   }
-  for (TensorId t : allocated_at_[static_cast<size_t>(s)]) set_state(t, AUTOVM_RESIDENCY_RESIDENT);
+  // The moment before step s (docs/execution-model.md): the transfers due complete and the
+  // chains run, with their temporaries; what s allocates as it starts is not there yet.
+  chain_temporary_bytes_ = 0;
+  for (TensorId t : allocated_at_[static_cast<size_t>(s)])
+    if (!allocated_by_its_step(*plan_, tensor(t))) set_state(t, AUTOVM_RESIDENCY_RESIDENT);
   complete(s, stream);
+  const int64_t before = stats_.resident_bytes;
+  for (TensorId t : allocated_at_[static_cast<size_t>(s)])
+    if (allocated_by_its_step(*plan_, tensor(t))) set_state(t, AUTOVM_RESIDENCY_RESIDENT);
   backend_->waits_done(s, stream);
   running_ = s;
-  stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, stats_.resident_bytes);
-  if (mode_ != AUTOVM_MODE_RESIDENT && stats_.resident_bytes > budget_bytes_) {
+  // Step s itself: its chains' temporaries are gone (their state stays resident until
+  // step_end, for autovm_tensor_pointer, but their bytes are free).
+  const int64_t held = std::max(before, stats_.resident_bytes - chain_temporary_bytes_);
+  stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, held);
+  if (mode_ != AUTOVM_MODE_RESIDENT && held > budget_bytes_) {
     ++stats_.violations;
     if (strict_)
       throw Error(AUTOVM_ERR_OUT_OF_MEMORY,
-                  step_label(s) + " has " + std::to_string(stats_.resident_bytes) +
-                      " bytes resident, over the budget of " + std::to_string(budget_bytes_) +
+                  step_label(s) + " has " + std::to_string(held) +
+                      " bytes resident (in it or in the moment before it), over the budget of " + std::to_string(budget_bytes_) +
                       "; plan again with autovm-plan --budget " + std::to_string(budget_bytes_) +
                       "B, or raise budget_bytes (the step has begun)");
   }

@@ -77,6 +77,7 @@ class Executor {
   std::vector<std::vector<TensorId>> allocated_at_, freed_after_;
 
   std::vector<autovm_residency> state_;  // [tensor]
+  int64_t chain_temporary_bytes_ = 0;  // of the chains before the running step
   std::vector<int64_t> temporary_offset_;  // [tensor] while it is a chain temporary; else kNoTemporary
   std::optional<StepIndex> running_;     // between step_begin and step_end
   StepIndex next_ = 0;                   // the step step_begin expects

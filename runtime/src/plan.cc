@@ -176,6 +176,9 @@ void read_steps(const Reader& r, const json& root, Plan& p) {
     const json& ws = r.field(s, where, "workspace");
     if (!ws.is_null())
       out.workspace = static_cast<TensorId>(r.integer(ws, where + ".workspace", 0, tensor_count - 1));
+    // Optional: the trainer's memory within the workspace (autovm-plan --reserve).
+    if (auto b = s.find("reserve_bytes"); b != s.end())
+      out.reserve_bytes = r.integer(s, where, "reserve_bytes", 0, kMax);
     // Optional: the planner's predicted compute time, which autovm-replay runs for.
     if (auto c = s.find("compute_us"); c != s.end()) {
       if (!c->is_number() || !(c->get<double>() >= 0.0) || c->get<double>() > 1e12)

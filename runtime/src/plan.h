@@ -51,6 +51,7 @@ struct Step {
   std::vector<TensorId> inputs, outputs;
   TensorId workspace = -1;
   double compute_us = 0;  // predicted by the planner; 0 when the plan does not say
+  int64_t reserve_bytes = 0;  // of the workspace: the trainer's memory (--reserve)
 };
 
 inline constexpr int64_t kNoTemporary = std::numeric_limits<int64_t>::min();
@@ -91,6 +92,22 @@ struct Plan {
 // A recompute after the tensor's lifetime: the tensor is a chain temporary for that one step.
 inline bool is_chain_temporary(const Action& a, const Tensor& t) {
   return a.kind == AUTOVM_ACTION_RECOMPUTE && !t.persistent && a.ready_before_step > t.last;
+}
+
+// Whether step `first`, the first of t's lifetime, allocates t as it starts, after the recompute
+// chains before it (docs/execution-model.md, "The moment before a step"): t is one of its outputs
+// that it does not read, or its workspace when the trainer reserves none of it. Such a tensor is
+// not there in the moment before its first step, where chain temporaries are.
+inline bool allocated_by_its_step(const Plan& p, const Tensor& t) {
+  if (t.persistent || t.first < 0 || t.first >= p.step_count()) return false;
+  const Step& s = p.steps[static_cast<size_t>(t.first)];
+  if (s.workspace == t.id) return s.reserve_bytes == 0;
+  auto has = [&](const std::vector<TensorId>& ids) {
+    for (TensorId id : ids)
+      if (id == t.id) return true;
+    return false;
+  };
+  return has(s.outputs) && !has(s.inputs);
 }
 
 // Points in the runtime's timeline, in order: issue after step -1 (at step_begin(0)) < completion

@@ -119,11 +119,19 @@ ResidencyLayout pack_by_residency(const Plan& plan, int64_t alignment) {
     struct Item {
       int64_t bytes = 0;
       std::vector<StepRange> on;
-      int64_t steps = 0;  // steps on the device
+      int64_t steps = 0;  // moments on the device (two a step)
     };
     std::vector<Item> items;
     for (auto& ranges : occupancy(plan)) items.push_back(Item{0, std::move(ranges), 0});
-    for (const Tensor& t : plan.tensors) items[static_cast<size_t>(t.id)].bytes = t.bytes;
+    // Time in points: step s is the moment before it (2s), where chain temporaries are, then s
+    // itself (2s + 1). A tensor its first step allocates as it starts is not there at the first.
+    for (const Tensor& t : plan.tensors) {
+      Item& item = items[static_cast<size_t>(t.id)];
+      item.bytes = t.bytes;
+      const bool allocated = allocated_by_its_step(plan, t);
+      for (StepRange& r : item.on)
+        r = {2 * r.first + (allocated && r.first == t.first ? 1 : 0), 2 * r.second + 1};
+    }
     std::map<std::pair<StepIndex, TensorId>, size_t> temporary_item;
     std::vector<size_t> item_of_action(plan.actions.size(), 0);
     for (size_t i = 0; i < plan.actions.size(); ++i) {
@@ -132,20 +140,20 @@ ResidencyLayout pack_by_residency(const Plan& plan, int64_t alignment) {
       auto [it, fresh] = temporary_item.emplace(std::make_pair(a.ready_before_step, a.tensor), items.size());
       if (fresh)
         items.push_back(Item{plan.tensors[static_cast<size_t>(a.tensor)].bytes,
-                             {{a.ready_before_step, a.ready_before_step}}, 0});
+                             {{2 * a.ready_before_step, 2 * a.ready_before_step}}, 0});
       item_of_action[i] = it->second;
     }
-    std::vector<int64_t> change(static_cast<size_t>(plan.step_count()) + 2, 0);  // from step -1
+    std::vector<int64_t> change(2 * static_cast<size_t>(plan.step_count()) + 3, 0);  // from point -2
     // Items on the device at every step (from -1 to the last) share a step with everything: they
     // go first, one after the other, and the rest are fitted above them.
     std::vector<size_t> ids;
     std::vector<int64_t> offset(items.size(), 0), best_offset;
     int64_t base = 0;
-    const StepRange always{-1, plan.step_count() - 1};
+    const StepRange always{-2, 2 * plan.step_count() - 1};  // steps -1 to n - 1
     for (size_t i = 0; i < items.size(); ++i) {
       for (const auto& [first, last] : items[i].on) {
-        change[static_cast<size_t>(first + 1)] += items[i].bytes;
-        change[static_cast<size_t>(last + 2)] -= items[i].bytes;
+        change[static_cast<size_t>(first + 2)] += items[i].bytes;
+        change[static_cast<size_t>(last + 3)] -= items[i].bytes;
         items[i].steps += last - first + 1;
       }
       if (items[i].on.empty() || items[i].bytes == 0) continue;

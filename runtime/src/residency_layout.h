@@ -23,8 +23,14 @@
 // training step, may still be reading the range. `prefetch_waits` lists those evictions per
 // prefetch; the backend makes the copy wait for them.
 //
-// Packing: tensors, and chain temporaries over their one step, are placed in an order, each at
-// an aligned offset where it overlaps in space no placed one it shares a step with. Three orders
+// Points: each step s has two moments (docs/execution-model.md, "The moment before a step"): the
+// one before it (where its recompute chains run, with their temporaries) and s itself. A tensor
+// on the device at s is there at both, except one that s allocates as it starts
+// (allocated_by_its_step, plan.h), there at s only; a chain temporary is there in the moment
+// before its step only. So the two may share a range.
+//
+// Packing: tensors, and chain temporaries over their one moment, are placed in an order, each at
+// an aligned offset where it overlaps in space no placed one it shares a moment with. Three orders
 // (largest first; largest bytes x steps first; most steps first) with first fit and with best
 // fit; the smallest arena wins (above kOnePassItems items, the first order and first fit only).
 // Items on the device at every step are laid first, end to end. O(n * m) a pass, m the items
@@ -55,7 +61,7 @@ struct ResidencyLayout {
   // Unpacked, the plan's room after the arena (Plan::temporary_bytes) and offsets in it.
   std::vector<int64_t> temporary_offset;
   int64_t temporary_bytes = 0;
-  int64_t peak_bytes = 0;  // the most bytes on the device at one step: no packing needs less
+  int64_t peak_bytes = 0;  // the most bytes on the device at one moment: no packing needs less
   // [action index] for prefetches: the tensors whose evictions the copy must follow.
   std::vector<std::vector<TensorId>> prefetch_waits;
 };

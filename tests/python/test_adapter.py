@@ -530,6 +530,16 @@ def _():
                         "ready_before_step": 3}])
     if autovm.resident_bytes(chained) != [100, 160, 210, 160]:
         return f"resident_bytes with a chain {autovm.resident_bytes(chained)}"
+    # The same, with step 3 writing tensor 10 (30 B, lifetime [3, 3]): the chain runs in the
+    # moment before step 3, where tensor 10 is not yet (docs/execution-model.md): 150 - 30 + 10
+    # = 130 B there, 150 at the step itself.
+    steps = [dict(s) for s in doc["steps"]]
+    steps[3]["outputs"] = [10]
+    allocating = dict(chained, steps=steps, tensors=[{"id": 10, "bytes": 30}],
+                      lifetimes=chained["lifetimes"] + [{"tensor": 10, "first": 3, "last": 3,
+                                                         "persistent": False}])
+    if autovm.resident_bytes(allocating) != [100, 160, 210, 150]:
+        return f"resident_bytes with a chain before an allocating step {autovm.resident_bytes(allocating)}"
     t1 = [{"pos": -1, "peak": 999}, {"pos": 1, "peak": 260}, {"pos": 2, "peak": 250},
           {"pos": "end", "peak": 170}]
     t2 = [{"pos": -1, "peak": 5}, {"pos": 3, "peak": 330}]

@@ -1,9 +1,13 @@
 // Drives a runtime through training steps like a trainer whose every step reads its inputs and
 // writes its outputs: each tensor holds a pattern of its own id, written when its producer runs
 // (or a recompute brings it back, or, for the batch and persistent tensors, before first use)
-// and checked in full whenever a step reads it. At every step, the ranges of all tensors on the
-// device (resident, or with a copy in flight) must be disjoint: an independent check of any
-// arena layout, planner's or packed. Needs a runtime with real memory.
+// and checked in full whenever a step reads it. At every step, in both of its moments
+// (docs/execution-model.md, "The moment before a step"), the ranges of all tensors on the device
+// (resident, or with a copy in flight) must be disjoint: before the step, where its chain
+// temporaries are but not what it allocates as it starts (its outputs whose lifetime begins
+// there and that it does not read, its workspace), and at the step, where the temporaries are
+// gone. An independent check of any arena layout, planner's or packed. Needs a runtime with real
+// memory.
 #pragma once
 
 #include <autovm/autovm.hpp>
@@ -49,7 +53,8 @@ class DataCheck {
     for (int64_t s = 0; s < plan_.step_count(); ++s) {
       CAPTURE(s);
       rt_.step_begin(s);
-      check_disjoint(s);
+      check_disjoint(s, true);
+      check_disjoint(s, false);
       for (int64_t a = 0; a < plan_.action_count(); ++a) {  // the trainer's recomputes
         const autovm_action_info act = plan_.action(a);
         if (act.kind == AUTOVM_ACTION_RECOMPUTE && act.ready_before_step == s) write(act.tensor);
@@ -89,7 +94,26 @@ class DataCheck {
     return static_cast<int64_t>(expected.size());
   }
 
-  void check_disjoint(int64_t s) {
+  // Whether step s allocates t as it starts (not there in the moment before it).
+  bool allocated_by(int32_t t, int64_t s) const {
+    const autovm_tensor_info ti = plan_.tensor(t);
+    if (ti.persistent || ti.first_step != s) return false;
+    const autovm_step_info info = plan_.step(s);
+    if (info.workspace == t) return true;
+    for (size_t i = 0; i < info.input_count; ++i)
+      if (info.inputs[i] == t) return false;
+    for (size_t i = 0; i < info.output_count; ++i)
+      if (info.outputs[i] == t) return true;
+    return false;
+  }
+
+  // Whether t is a chain temporary before step s (there in the moment before it only).
+  bool temporary_at(int32_t t, int64_t s) const {
+    const autovm_tensor_info ti = plan_.tensor(t);
+    return !ti.persistent && ti.last_step < s;
+  }
+
+  void check_disjoint(int64_t s, bool before) {
     struct Range {
       uintptr_t begin, end;
       int32_t tensor;
@@ -101,14 +125,14 @@ class DataCheck {
           r != AUTOVM_RESIDENCY_PREFETCHING)
         continue;
       const int64_t bytes = plan_.tensor(t).bytes;
-      if (bytes == 0) continue;
+      if (bytes == 0 || (before ? allocated_by(t, s) : temporary_at(t, s))) continue;
       const auto begin = reinterpret_cast<uintptr_t>(rt_.pointer(t));
       on.push_back({begin, begin + static_cast<uintptr_t>(bytes), t});
     }
     std::sort(on.begin(), on.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
     for (size_t i = 1; i < on.size(); ++i)
       CHECK_MESSAGE(on[i].begin >= on[i - 1].end,
-                    "at step " << s << " tensors " << on[i - 1].tensor << " and " << on[i].tensor
+                    (before ? "before step " : "at step ") << s << " tensors " << on[i - 1].tensor << " and " << on[i].tensor
                                << " are both on the device and share bytes");
   }
 

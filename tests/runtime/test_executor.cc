@@ -153,6 +153,41 @@ TEST_CASE("a chain temporary lies after the arena for its one step") {
   CHECK(rt.stats().violations == 0);
 }
 
+TEST_CASE("the budget holds in both moments of a step: before it, with its chain temporaries") {
+  // chain.json: before step 3, x, w, a, g and the temporary b are resident (6144 bytes); step 3
+  // itself (MulGrad, updating g in place) holds 5120. chain_moment.json: the same, but MulGrad
+  // writes a new gradient g2 (1024 bytes), which is not there in the moment before the step:
+  // 6144 before it, 6144 during it (x, w, a, g, g2), never the 7168 of all of them at once.
+  for (const char* file : {"chain.json", "chain_moment.json"}) {
+    CAPTURE(file);
+    autovm::Plan plan = autovm::Plan::load(rt_test::plan_path(file));
+    for (int64_t budget : {int64_t(6144), int64_t(6143)}) {
+      CAPTURE(budget);
+      autovm_runtime_options o = options(0, budget);
+      autovm::Runtime rt(plan, &o);
+      for (int64_t s = 0; s < 5; ++s) {
+        rt.step_begin(s);
+        rt.step_end(s);
+      }
+      CHECK(rt.stats().peak_resident_bytes == 6144);
+      CHECK(rt.stats().violations == (budget == 6144 ? 0 : 1));
+    }
+  }
+  SUBCASE("strict: the message names the step and the bytes of its larger moment") {
+    autovm::Plan plan = autovm::Plan::load(rt_test::plan_path("chain_moment.json"));
+    autovm_runtime_options o = options(1, 6143);
+    autovm::Runtime rt(plan, &o);
+    for (int64_t s = 0; s < 3; ++s) {
+      rt.step_begin(s);
+      rt.step_end(s);
+    }
+    CHECK(autovm_step_begin(rt.get(), 3, nullptr) == AUTOVM_ERR_OUT_OF_MEMORY);
+    const std::string error = autovm_last_error();
+    CHECK(error.find("step 3") != std::string::npos);
+    CHECK(error.find("6144") != std::string::npos);
+  }
+}
+
 TEST_CASE("a tensor bound to the trainer's own memory is moved there, not in the arena") {
   // evict.json: a is evicted after step 1 and prefetched back before step 3.
   autovm::Plan plan = autovm::Plan::load(rt_test::plan_path("evict.json"));

@@ -111,6 +111,23 @@ TEST_CASE("a chain temporary is packed into the arena over its one step") {
   CHECK(rt.stats().violations == 0);
 }
 
+TEST_CASE("a chain temporary shares bytes with what its step allocates as it starts") {
+  // chain_moment.json (test_executor.cc): the temporary b is there in the moment before step 3
+  // only, g2 (1024 bytes, written by step 3) at step 3 only: they may share a range, so the
+  // packed arena needs the peak of either moment, 6144 bytes, not the 7168 of both at once.
+  autovm::Plan plan = autovm::Plan::load(rt_test::plan_path("chain_moment.json"));
+  autovm_runtime_options o;
+  REQUIRE(autovm_runtime_options_init(&o) == AUTOVM_OK);
+  o.strict = 1;
+  o.budget_bytes = 6144;
+  o.layout = AUTOVM_LAYOUT_PACKED;
+  autovm::Runtime rt(plan, &o);
+  CHECK(rt.stats().memory_bytes == 6144);
+  rt_test::DataCheck data(plan, rt);  // each moment's ranges disjoint, every read intact
+  for (int step = 0; step < 2; ++step) CHECK(data.run_training_step() > 0);
+  CHECK(rt.stats().violations == 0);
+}
+
 namespace {
 
 // Records the order of the backend's copies; no memory.

@@ -59,6 +59,7 @@ struct Step {
   std::vector<TensorId> inputs;
   std::vector<TensorId> outputs;
   TensorId workspace = -1;  // -1: none
+  int64_t reserve_bytes = 0;  // of the workspace: the trainer's memory (steps[].reserve_bytes)
   // Predicted by the swap planner (all or none, in microseconds from the start of the step).
   std::optional<double> compute_us, start_us, end_us, stall_us;
 

@@ -216,6 +216,7 @@ Step read_step(const Field& f) {
   s.inputs = f.at("inputs").integers();
   s.outputs = f.at("outputs").integers();
   if (auto w = f.at_nullable("workspace")) s.workspace = w->integer();
+  s.reserve_bytes = optional_integer(f, "reserve_bytes").value_or(0);
   s.compute_us = optional_number(f, "compute_us");
   s.start_us = optional_number(f, "start_us");
   s.end_us = optional_number(f, "end_us");

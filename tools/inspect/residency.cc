@@ -250,11 +250,36 @@ Analysis analyze(const Plan& p) {
       StepIndex from = std::max(iv.from, l.first), through = std::min(iv.through, l.last);
       if (from <= through) add_interval(resident, from, through, kind, -t.bytes);
     }
+  }
+  // The moment before each step: its temporaries in, what it allocates as it starts not yet.
+  std::vector<int64_t> temporary(n, 0), allocated(n, 0);
+  for (const Tensor& t : p.tensors)
     for (StepIndex at : out.temporaries[static_cast<size_t>(t.id)])
-      add_interval(resident, at, at, kind, t.bytes);
+      temporary[static_cast<size_t>(at)] += t.bytes;
+  for (const Step& st : p.steps) {
+    int64_t& bytes = allocated[static_cast<size_t>(st.id)];
+    std::vector<TensorId> outs = st.outputs;
+    std::sort(outs.begin(), outs.end());
+    outs.erase(std::unique(outs.begin(), outs.end()), outs.end());
+    for (TensorId o : outs) {
+      const Lifetime& l = out.lifetimes[static_cast<size_t>(o)];
+      bool read = std::find(st.inputs.begin(), st.inputs.end(), o) != st.inputs.end();
+      if (!l.persistent && l.first == st.id && !read) bytes += p.tensors[static_cast<size_t>(o)].bytes;
+    }
+    if (st.workspace >= 0)
+      bytes += std::max<int64_t>(0, p.tensors[static_cast<size_t>(st.workspace)].bytes - st.reserve_bytes);
+  }
+  const auto activation = static_cast<size_t>(TensorKind::activation);
+  for (size_t s = 0; s < n; ++s) {
+    const int64_t beyond = temporary[s] - allocated[s];
+    if (beyond > 0) add_interval(resident, StepIndex(s), StepIndex(s), activation, beyond);
   }
   accumulate(live, out.live, out.live_total, out.live_peak, out.live_peak_step);
   accumulate(resident, out.resident, out.resident_total, out.resident_peak, out.resident_peak_step);
+  out.before_total.assign(n, 0);
+  for (size_t s = 0; s < n; ++s)
+    out.before_total[s] = out.resident_total[s] - std::max<int64_t>(0, temporary[s] - allocated[s]) -
+                          allocated[s] + temporary[s];
   return out;
 }
 

@@ -17,8 +17,13 @@
 // Pairing problems (a prefetch with no evict before it, an evict of a tensor already off, an
 // interval outside the lifetime) are reported as issues of rules 4 and 6.
 // A recompute whose ready_before_step lies after the last step of a non-persistent tensor's
-// lifetime is a chain temporary: the tensor is resident at that one step (and counts there),
-// outside the off intervals and the pairing.
+// lifetime is a chain temporary: the tensor is there in the moment before that one step (and
+// counts there), outside the off intervals and the pairing.
+//
+// Each step s has two moments (execution-model.md, "The moment before a step"): s itself, with
+// the tensors resident at s, and the moment before it, where its recompute chains run: those
+// tensors less what s allocates as it starts (its outputs whose lifetime begins at s and that it
+// does not read, its workspace less the trainer's reserve), plus its chain temporaries.
 #pragma once
 
 #include <string>
@@ -54,8 +59,11 @@ struct Analysis {
   std::vector<Issue> pairing_issues;          // rules 4 and 6
   std::vector<std::vector<StepIndex>> temporaries;  // [tensor] steps it is a chain temporary at
   std::vector<BytesByKind> live;              // [step] bytes of the live tensors (no actions)
-  std::vector<BytesByKind> resident;          // [step] bytes on the GPU under the actions
+  // [step] bytes on the GPU under the actions, in the larger of the step's two moments: the
+  // step's own, with the temporaries beyond what the step allocates counted as activations.
+  std::vector<BytesByKind> resident;
   std::vector<int64_t> live_total, resident_total;
+  std::vector<int64_t> before_total;  // [step] bytes in the moment before the step
   int64_t live_peak = 0, resident_peak = 0;
   StepIndex live_peak_step = 0, resident_peak_step = 0;  // first step at the peak
 

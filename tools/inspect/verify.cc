@@ -209,14 +209,25 @@ class Verifier {
           top = s + 1;
       int64_t bytes = a_.resident_total[static_cast<size_t>(top)];
       std::string span = first == s ? fmt::format("step {}", first) : fmt::format("steps {}-{}", first, s);
+      // The larger moment at the top step: the step's own, or the one before it.
+      const bool before = a_.before_total[static_cast<size_t>(top)] >= bytes && has_temporaries(top);
+      std::string moment =
+          before ? fmt::format("in the moment before step {} (its recompute chains' temporaries)", top)
+                 : fmt::format("at step {}", top);
       // Naming the largest resident tensor scans every tensor: only for the runs printed.
       TensorId largest = ++runs <= kPrinted ? largest_resident(top) : -1;
       add(2, top, largest,
-          fmt::format("resident bytes exceed the budget at {}: {} resident at step {} against {} "
-                      "({} over){}", span, format_bytes(bytes), top, format_bytes(budget_),
+          fmt::format("resident bytes exceed the budget at {}: {} resident {} against {} "
+                      "({} over){}", span, format_bytes(bytes), moment, format_bytes(budget_),
                       format_bytes(bytes - budget_),
                       largest < 0 ? "" : "; the tensor named is the largest resident there"));
     }
+  }
+
+  bool has_temporaries(StepIndex s) const {
+    for (const auto& steps : a_.temporaries)
+      if (std::binary_search(steps.begin(), steps.end(), s)) return true;
+    return false;
   }
 
   TensorId largest_resident(StepIndex s) const {

@@ -234,8 +234,11 @@ AUTOVM_EXPORT int autovm_cuda_built(void);
  * start on the runtime's copy streams once the compute stream has passed the step (an event),
  * and the compute stream waits (cudaStreamWaitEvent) only before a step that needs a prefetch
  * complete. step_begin completes everything due before the step (ready_before_step == step) and
- * allocates the tensors whose lifetime starts there; at step 0 it also issues the actions with
- * after_step -1. step_end issues the actions with after_step == step and frees the tensors
+ * allocates the tensors whose lifetime starts there; the budget holds in both of the step's
+ * moments (docs/execution-model.md): before it, with the chain temporaries and without what the
+ * step allocates as it starts, and during it, without the temporaries (their pointers serve the
+ * trainer's recompute; the step's own outputs may reuse their bytes); at step 0 it also issues
+ * the actions with after_step -1. step_end issues the actions with after_step == step and frees the tensors
  * whose lifetime ends there; at the last step it completes the actions due by the end.
  * In strict mode step_begin returns AUTOVM_ERR_OUT_OF_MEMORY when the step's resident bytes
  * exceed the budget; the step has begun all the same. */
@@ -244,7 +247,7 @@ AUTOVM_EXPORT autovm_status autovm_step_end(autovm_runtime* rt, int64_t step, vo
 
 /* Where tensor id lies: its place in the arena, fixed for the runtime's life, its contents valid
  * while the tensor is resident; except while it is a chain temporary (recomputed after its
- * lifetime, for one step: docs/execution-model.md), when it lies in room after the arena: ask
+ * lifetime, in the moment before one step: docs/execution-model.md), when it lies in room after the arena: ask
  * again after step_begin for tensors a recompute brings back. NULL (with AUTOVM_OK) in
  * accounting-only mode. */
 AUTOVM_EXPORT autovm_status autovm_tensor_pointer(autovm_runtime* rt, int32_t id, void** ptr);
