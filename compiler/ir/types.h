@@ -12,7 +12,12 @@
 //   residency  whether a tensor's bytes sit on the GPU at a given step (swap planning).
 //   action     a memory operation attached before or after a step: prefetch, evict, discard,
 //              recompute, advise.
-//   budget     the most bytes that may be resident on the GPU at any step.
+//   budget     the most bytes that may be resident on the GPU at any step, in either of its
+//              two moments.
+//   moment     each step has two: the one before it, where the recompute chains due there run
+//              with their temporaries and what the step allocates as it starts (its new outputs,
+//              its workspace) is not there yet; and the step itself, without the temporaries
+//              (docs/execution-model.md, plan/gaps.h step_allocations).
 //   gap        a stretch between two consecutive uses of a tensor where it may be off the GPU
 //              (plan/gaps.h).
 //   gap split  a backward step added to a saved activation's uses while planning, so that the
@@ -20,8 +25,9 @@
 //   bound      a step time no plan beats under a budget (plan/bound.h); a pair bound counts
 //              the departures before one step and the tail after a later one together.
 //   chain      the forward steps a recompute runs again to make a tensor: its producer and the
-//              producers of its inputs that died (temporaries); only steps whose op the
-//              options allow (plan/recompute_ops.h, autovm-plan --recompute-ops).
+//              producers of its inputs that died (temporaries, there in the moment before the
+//              step the chain is due at); only steps whose op the options allow
+//              (plan/recompute_ops.h, autovm-plan --recompute-ops).
 #pragma once
 
 #include <cstdint>
