@@ -485,10 +485,12 @@ namespace {
 // Conv again (x is resident at step 5) to make y, a temporary in the moment before step 5 only,
 // then Relu. That moment holds x, z, q and y: 350 bytes, exactly the budget; step 5 itself
 // holds x, z, q and e (which it allocates as it starts): 260.
-TrainingGraph chain_graph() {
+// (e_bytes: e's size, 10 unless a case says otherwise.)
+TrainingGraph chain_graph(int64_t e_bytes = 10) {
   TrainingGraph g;
   g.add_tensor("x", TensorKind::input, DType::u8, {100});
-  for (auto [name, bytes] : {std::pair{"y", 100}, {"z", 100}, {"p", 200}, {"q", 50}, {"e", 10}})
+  for (auto [name, bytes] :
+       {std::pair<const char*, int64_t>{"y", 100}, {"z", 100}, {"p", 200}, {"q", 50}, {"e", e_bytes}})
     g.add_tensor(name, TensorKind::activation, DType::u8, {bytes});
   auto step = [&](const char* op, std::vector<TensorId> in, std::vector<TensorId> out) {
     add_step(g, op, std::move(in), std::move(out));
@@ -537,27 +539,13 @@ TEST_CASE("budget 349: the chain's temporary would not fit before step 5, so x i
 }
 
 TEST_CASE("a chain runs in the moment before its step, beside what that step reads but not what it writes") {
-  // x (input, 100 B), y (100), z (100), p (200), q (50), g (100):
-  //   step 0: x = X()   step 1: y = Conv(x)   step 2: z = Relu(y)   step 3: p = P()
-  //   step 4: q = Q(p)  step 5: g = G(x, z, q)
-  // Live bytes: 100, 200, 300, 400, 450, 350; at budget 350 steps 3 and 4 are over (by 50 and
-  // 100). Regenerating z before step 5 runs Conv(x) and Relu: in the moment before step 5, x, z,
-  // q and the temporary y are there (350 B), but not g, which step 5 allocates as it starts;
-  // step 5 itself holds x, z, q and g (350 B). Counted at once (460 B) the chain would not fit,
-  // and a tensor would have to cross the slow link (100 us a way, 10 us of compute a step).
-  TrainingGraph g;
-  g.add_tensor("x", TensorKind::input, DType::u8, {100});
-  for (auto [name, bytes] : {std::pair{"y", 100}, {"z", 100}, {"p", 200}, {"q", 50}, {"g", 100}})
-    g.add_tensor(name, TensorKind::activation, DType::u8, {bytes});
-  auto step = [&](const char* op, std::vector<TensorId> in, std::vector<TensorId> out) {
-    add_step(g, op, std::move(in), std::move(out));
-  };
-  step("X", {}, {0});
-  step("Conv", {0}, {1});
-  step("Relu", {1}, {2});
-  step("P", {}, {3});
-  step("Q", {3}, {4});
-  step("G", {0, 2, 4}, {5});
+  // chain_graph with e of 100 B: live bytes 100, 200, 300, 400, 450, 350; at budget 350 steps 3
+  // and 4 are over (by 50 and 100). Regenerating z before step 5 runs Conv(x) and Relu: in the
+  // moment before step 5, x, z, q and the temporary y are there (350 B), but not e, which step
+  // 5 allocates as it starts; step 5 itself holds x, z, q and e (350 B). Counted at once (450
+  // B) the chain would not fit, and a tensor would have to cross the slow link (100 us a way,
+  // 10 us of compute a step).
+  TrainingGraph g = chain_graph(100);
   auto life = compute_lifetimes(g);
   std::vector<double> c = {10, 10, 10, 10, 10, 10};
   CHECK(step_allocations(g, life) == std::vector<int64_t>{100, 100, 100, 200, 50, 100});
@@ -575,12 +563,12 @@ TEST_CASE("a chain runs in the moment before its step, beside what that step rea
   // 60 us of steps and 20 us of Conv and Relu again.
   CHECK(simulate(g, actions, c, slow_link(), DeviceProfile{}).step_time_us == doctest::Approx(80));
   SUBCASE("the bound counts the chain in that moment too") {
-    // z is regenerable at step 4 (before step 5: 350 - g 100 + y 100 = 350, z counted in step
+    // z is regenerable at step 4 (before step 5: 350 - e 100 + y 100 = 350, z counted in step
     // 5's own bytes). bound(4), E(4) = 100 B: M bytes of x moved (evicted after step 1, back
     // before step 5), the rest regenerated at 20 us per 100 B: start(4) >= max(C_<4, C_<=1 +
     // M) = 40 for M <= 20, c_4 = 10, then max(C_>4 + 20 (100 - M) / 100, M + C_>=5) =
     // max(30 - M / 5, M + 10), least at M = 50/3: 26.7 us, so 76.7 us. Were the chain counted
-    // beside g, z could only move: M = 100, 120 + 10 + 110 = 240 us.
+    // beside e, z could only move: M = 100, 120 + 10 + 110 = 240 us.
     auto b = lower_bound(g, life, compute_timeline(g, life).total, c, 350, slow_link());
     // (The search over M stops within half a byte: 76.7 us to 0.1 %.)
     CHECK(b.bound_us == doctest::Approx(40 + 10 + 10 + 50.0 / 3).epsilon(1e-3));
