@@ -85,9 +85,10 @@ def resident_bytes(doc):
 def _step_allocations(doc):
     """Bytes each step allocates as it starts: its outputs whose lifetime begins there and that
     it does not read, and its workspace less its reserve_bytes."""
-    first = {l["tensor"]: (l["first"], l.get("persistent", False))
+    first = {l["tensor"]: (l.get("first"), l.get("persistent", False))
              for l in doc.get("lifetimes", [])}
-    size = {t["id"]: int(t["bytes"]) for t in doc.get("tensors", [])}
+    # (tensors[k].id is k in a plan; hand-made documents may leave it out)
+    size = {t.get("id", k): int(t.get("bytes", 0)) for k, t in enumerate(doc.get("tensors", []))}
     out = []
     for k, st in enumerate(doc.get("steps", [])):
         b = 0
