@@ -226,9 +226,9 @@ void plan_under_budget(Plan& plan) {
         search.coarse = kSplitCoarse;
         search.levels = 1;
       }
-      // Both ways of counting chain temporaries (SwapOptions::temporaries_beside_step): at
-      // VGG-19's least budgets the stricter one splits better (b256 momentum: 356 ms against
-      // 390), at b64 and 50 % the model's own (93 against 96; h200-pcie, 2026-12-01).
+      // Both ways of counting chain temporaries (SwapOptions::temporaries_beside_step): in this
+      // session's trials on h200-pcie (2026-12-01) the stricter one split VGG-19 better at its
+      // least budgets, the model's own at batch 64 and 50 %.
       split_plans = search_gap_splits(g, plan.lifetimes, plan.compute_us, mech, device, with, search);
       with.temporaries_beside_step = true;
       for (SplitPlan& sp : search_gap_splits(g, plan.lifetimes, plan.compute_us, mech, device, with, search))

@@ -65,8 +65,8 @@ struct SwapOptions {
   // during the step, instead of in the moment before it (docs/execution-model.md), where what
   // the step allocates is not there yet. Stricter than the execution model, so every plan it
   // gives is valid; the greedy then takes fewer chains and moves more, which some models at
-  // their least budget run faster with (DenseNet-121 b128 --budget min: 351 ms against 484 on
-  // h200-pcie, 2026-12-01). pipeline.cc tries both.
+  // their least budget run faster with (DenseNet-121 b128 --budget min on h200-pcie, in this
+  // session's trials: 2026-12-01). pipeline.cc tries both.
   bool temporaries_beside_step = false;
   // Gaps select takes only when no other gap can relieve the step (plan/ban_search.h): a gap
   // of `tensor` that starts after step `after` or ends before step `before` (-2: that end not
