@@ -239,6 +239,12 @@ void plan_under_budget(Plan& plan) {
       }
       timer.done("  gap splits");
     }
+    // A split plan's regeneration at its split step may be read by nothing (swap_planner.h):
+    // dropped before the passes, so that they may use the room, and the candidate judged on
+    // the true lifetimes from there (the plan is valid under them: only a split use is gone).
+    for (size_t i = 0; i < candidates.size(); ++i)
+      if (life_of[i] != &plan.lifetimes && drop_unread_regenerations(g, plan.lifetimes, candidates[i]) > 0)
+        life_of[i] = &plan.lifetimes;
     // The passes below, on each candidate at once (each changes its own candidate only).
     if (g.step_count() <= kDelaySteps)
       for_each_index(candidates.size(), planning_threads(), [&](size_t i) {
@@ -274,6 +280,17 @@ void plan_under_budget(Plan& plan) {
     for (auto& c : candidates) {
       keep_transfers_off_recompute_reads(g, c);  // already so, unless a pass left it
       SimResult r = simulate(g, c, plan.compute_us, mech, device);
+      // Regenerations a gap split left that nothing reads (swap_planner.h), kept out when
+      // that is faster.
+      std::vector<Action> tidy = c;
+      if (drop_unread_regenerations(g, plan.lifetimes, tidy) > 0) {
+        keep_transfers_off_recompute_reads(g, tidy);
+        SimResult t = simulate(g, tidy, plan.compute_us, mech, device);
+        if (t.step_time_us < r.step_time_us) {
+          c = std::move(tidy);
+          r = std::move(t);
+        }
+      }
       if (plan.actions.empty() || r.step_time_us < best) {
         best = r.step_time_us;
         plan.actions = std::move(c);
