@@ -280,17 +280,6 @@ void plan_under_budget(Plan& plan) {
     for (auto& c : candidates) {
       keep_transfers_off_recompute_reads(g, c);  // already so, unless a pass left it
       SimResult r = simulate(g, c, plan.compute_us, mech, device);
-      // Regenerations a gap split left that nothing reads (swap_planner.h), kept out when
-      // that is faster.
-      std::vector<Action> tidy = c;
-      if (drop_unread_regenerations(g, plan.lifetimes, tidy) > 0) {
-        keep_transfers_off_recompute_reads(g, tidy);
-        SimResult t = simulate(g, tidy, plan.compute_us, mech, device);
-        if (t.step_time_us < r.step_time_us) {
-          c = std::move(tidy);
-          r = std::move(t);
-        }
-      }
       if (plan.actions.empty() || r.step_time_us < best) {
         best = r.step_time_us;
         plan.actions = std::move(c);

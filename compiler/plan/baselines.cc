@@ -170,6 +170,12 @@ BaselinePlan baseline_checkpoint(const TrainingGraph& g, const std::vector<Lifet
 
 std::vector<int64_t> resident_bytes(const TrainingGraph& g, const std::vector<Lifetime>& life,
                                     const std::vector<Action>& actions) {
+  return resident_bytes(g, life, actions, step_allocations(g, life));
+}
+
+std::vector<int64_t> resident_bytes(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                                    const std::vector<Action>& actions,
+                                    const std::vector<int64_t>& allocated) {
   const StepIndex n = g.step_count();
   std::vector<int64_t> delta(static_cast<size_t>(n) + 1, 0);
   auto add = [&](StepIndex lo, StepIndex hi, int64_t bytes) {  // [lo, hi], inclusive
@@ -241,7 +247,6 @@ std::vector<int64_t> resident_bytes(const TrainingGraph& g, const std::vector<Li
   }
 
   // The moment before step s holds its temporaries, not what s allocates as it starts.
-  const std::vector<int64_t> allocated = step_allocations(g, life);
   for (StepIndex s = 0; s < n; ++s) {
     const int64_t beyond = temporaries[static_cast<size_t>(s)] - allocated[static_cast<size_t>(s)];
     if (beyond > 0) add(s, s, beyond);

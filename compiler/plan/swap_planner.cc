@@ -825,6 +825,7 @@ double postpone_for_evictions(const TrainingGraph& g, const std::vector<Lifetime
   SimResult sim = simulate(g, actions, compute_us, mech, device);
   int left = max_simulations - 1;
   const StepIndex n = g.step_count();
+  const std::vector<int64_t> allocated = step_allocations(g, life);  // for resident_bytes
   // The latest deadline evict `e` may have: before its tensor's next prefetch is issued (that
   // prefetch's after_step, so that it stays off a step at least) and never past a use (rule 3).
   auto deadline_limit = [&](size_t e) {
@@ -855,7 +856,7 @@ double postpone_for_evictions(const TrainingGraph& g, const std::vector<Lifetime
         for (StepIndex d = st - issue; issue + d <= latest && left > 0 && !improved; d *= 2) {
           std::vector<Action> trial = actions;
           trial[j].after_step = issue + d;
-          std::vector<int64_t> resident = resident_bytes(g, life, trial);
+          std::vector<int64_t> resident = resident_bytes(g, life, trial, allocated);
           --left;  // as costly as a simulation: counted alike
           Action& ev = trial[l];
           while (ev.ready_before_step < limit &&
@@ -1152,6 +1153,7 @@ double regenerate_moved(const TrainingGraph& g, const std::vector<Lifetime>& lif
   keep_transfers_off_recompute_reads(g, actions);
   SimResult sim = simulate(g, actions, compute_us, mech, device);
   int left = max_simulations - 1;
+  const std::vector<int64_t> allocated = step_allocations(g, life);  // for resident_bytes
   auto same_queue = [&](const Action& a, const Action& b) { return !mech.duplex || a.kind == b.kind; };
   std::set<std::pair<TensorId, StepIndex>> tried;  // (tensor, prefetch deadline) that failed
   bool improved = true;
@@ -1224,7 +1226,7 @@ double regenerate_moved(const TrainingGraph& g, const std::vector<Lifetime>& lif
           for (TensorId y : r.temporaries)
             trial.push_back({ActionKind::recompute, y, g.tensor(y).bytes, at - 1, at, life[size_t(y)].first, "", "", 0, 0});
           trial.push_back({ActionKind::recompute, x, g.tensor(x).bytes, at - 1, at, lx.first, "", "", 0, 0});
-          std::vector<int64_t> resident = resident_bytes(g, life, trial);
+          std::vector<int64_t> resident = resident_bytes(g, life, trial, allocated);
           if (std::any_of(resident.begin(), resident.end(), [&](int64_t b) { return b > budget_bytes; })) continue;
           if (left > 0) improved = keep_if_faster(g, compute_us, mech, device, trial, actions, sim, left);
           break;

@@ -165,14 +165,14 @@ double regenerate_moved(const TrainingGraph& graph, const std::vector<Lifetime>&
                         const RecomputeOps& recompute_ops, std::vector<Action>& actions,
                         int max_simulations, StepIndex earlier_steps = 0);
 
-// A clean-up after the passes: a regeneration nothing reads. A recompute that makes x again,
-// within its lifetime, before a step t that does not use x, where no recompute reads x at t or
-// before x's next discard, and that discard comes before x's next use, only costs compute
-// (gap splits, plan/gap_split.h, leave them: a split use at t that the final plan no longer
-// needs). Drops each such recompute and the discard after it (x stays off from its earlier
-// discard to its next recompute, rule 4 kept) and the chain temporaries at t that nothing
-// reads any more. Resident bytes only fall. Returns the number of recomputes dropped; the
-// actions stay sorted as plan_swaps sorts them.
+// A clean-up of gap-split plans (plan/gap_split.h), before the passes (pipeline.cc): a split
+// use at step t that the plan no longer needs can leave a regeneration nothing reads. A
+// recompute that makes x again, within its lifetime, before a step t that does not use x,
+// where no recompute reads x at t or before x's next discard, and that discard comes before
+// x's next use, only costs compute. Drops each such recompute and the discard after it (x
+// stays off from its earlier discard to its next recompute, rule 4 kept) and the chain
+// temporaries at t that nothing reads any more. Resident bytes only fall. Returns the number
+// of recomputes dropped; the actions stay sorted as plan_swaps sorts them.
 int drop_unread_regenerations(const TrainingGraph& graph, const std::vector<Lifetime>& life,
                               std::vector<Action>& actions);
 

@@ -33,6 +33,7 @@ Executor::Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> ba
   const auto n = static_cast<size_t>(plan_->step_count());
   issued_after_.resize(n + 1);
   due_before_.resize(n + 1);
+  present_at_.resize(n);
   allocated_at_.resize(n);
   freed_after_.resize(n);
   const size_t scheduled = mode_ == AUTOVM_MODE_RESIDENT ? 0 : plan_->actions.size();
@@ -77,7 +78,8 @@ Executor::Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> ba
       set_state(t.id, AUTOVM_RESIDENCY_RESIDENT);
       continue;
     }
-    allocated_at_[static_cast<size_t>(t.first)].push_back(t.id);
+    (allocated_by_its_step(*plan_, t) ? allocated_at_ : present_at_)[static_cast<size_t>(t.first)]
+        .push_back(t.id);
     freed_after_[static_cast<size_t>(t.last)].push_back(t.id);
   }
   stats_.accounting_only = backend_->has_memory() ? 0 : 1;
@@ -195,12 +197,10 @@ void Executor::step_begin(StepIndex s, void* stream) {
   // The moment before step s (docs/execution-model.md): the transfers due complete and the
   // chains run, with their temporaries; what s allocates as it starts is not there yet.
   chain_temporary_bytes_ = 0;
-  for (TensorId t : allocated_at_[static_cast<size_t>(s)])
-    if (!allocated_by_its_step(*plan_, tensor(t))) set_state(t, AUTOVM_RESIDENCY_RESIDENT);
+  for (TensorId t : present_at_[static_cast<size_t>(s)]) set_state(t, AUTOVM_RESIDENCY_RESIDENT);
   complete(s, stream);
   const int64_t before = stats_.resident_bytes;
-  for (TensorId t : allocated_at_[static_cast<size_t>(s)])
-    if (allocated_by_its_step(*plan_, tensor(t))) set_state(t, AUTOVM_RESIDENCY_RESIDENT);
+  for (TensorId t : allocated_at_[static_cast<size_t>(s)]) set_state(t, AUTOVM_RESIDENCY_RESIDENT);
   backend_->waits_done(s, stream);
   running_ = s;
   // Step s itself: its chains' temporaries are gone (their state stays resident until

@@ -74,7 +74,9 @@ class Executor {
 
   // The schedule, by step: [after_step + 1], [ready_before_step] (n: by the end), [first], [last].
   std::vector<std::vector<size_t>> issued_after_, due_before_;
-  std::vector<std::vector<TensorId>> allocated_at_, freed_after_;
+  // [step] tensors whose lifetime starts there: there before the step (an input, say), or
+  // allocated by the step as it starts (allocated_by_its_step, plan.h).
+  std::vector<std::vector<TensorId>> present_at_, allocated_at_, freed_after_;
 
   std::vector<autovm_residency> state_;  // [tensor]
   int64_t chain_temporary_bytes_ = 0;  // of the chains before the running step

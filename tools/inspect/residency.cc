@@ -269,17 +269,19 @@ Analysis analyze(const Plan& p) {
     if (st.workspace >= 0)
       bytes += std::max<int64_t>(0, p.tensors[static_cast<size_t>(st.workspace)].bytes - st.reserve_bytes);
   }
+  // Each step's own moment first; then the temporaries beyond what it allocates, as activations.
+  int64_t step_peak = 0;
+  StepIndex step_peak_at = 0;
+  accumulate(resident, out.resident, out.step_total, step_peak, step_peak_at);
+  out.before_total.resize(n);
   const auto activation = static_cast<size_t>(TensorKind::activation);
   for (size_t s = 0; s < n; ++s) {
-    const int64_t beyond = temporary[s] - allocated[s];
-    if (beyond > 0) add_interval(resident, StepIndex(s), StepIndex(s), activation, beyond);
+    out.before_total[s] = out.step_total[s] - allocated[s] + temporary[s];
+    if (out.before_total[s] > out.step_total[s])
+      add_interval(resident, StepIndex(s), StepIndex(s), activation, out.before_total[s] - out.step_total[s]);
   }
   accumulate(live, out.live, out.live_total, out.live_peak, out.live_peak_step);
   accumulate(resident, out.resident, out.resident_total, out.resident_peak, out.resident_peak_step);
-  out.before_total.assign(n, 0);
-  for (size_t s = 0; s < n; ++s)
-    out.before_total[s] = out.resident_total[s] - std::max<int64_t>(0, temporary[s] - allocated[s]) -
-                          allocated[s] + temporary[s];
   return out;
 }
 

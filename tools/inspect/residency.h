@@ -63,6 +63,7 @@ struct Analysis {
   // step's own, with the temporaries beyond what the step allocates counted as activations.
   std::vector<BytesByKind> resident;
   std::vector<int64_t> live_total, resident_total;
+  std::vector<int64_t> step_total;    // [step] bytes in the step's own moment
   std::vector<int64_t> before_total;  // [step] bytes in the moment before the step
   int64_t live_peak = 0, resident_peak = 0;
   StepIndex live_peak_step = 0, resident_peak_step = 0;  // first step at the peak

@@ -210,7 +210,7 @@ class Verifier {
       int64_t bytes = a_.resident_total[static_cast<size_t>(top)];
       std::string span = first == s ? fmt::format("step {}", first) : fmt::format("steps {}-{}", first, s);
       // The larger moment at the top step: the step's own, or the one before it.
-      const bool before = a_.before_total[static_cast<size_t>(top)] >= bytes && has_temporaries(top);
+      const bool before = a_.before_total[static_cast<size_t>(top)] > a_.step_total[static_cast<size_t>(top)];
       std::string moment =
           before ? fmt::format("in the moment before step {} (its recompute chains' temporaries)", top)
                  : fmt::format("at step {}", top);
@@ -222,12 +222,6 @@ class Verifier {
                       format_bytes(bytes - budget_),
                       largest < 0 ? "" : "; the tensor named is the largest resident there"));
     }
-  }
-
-  bool has_temporaries(StepIndex s) const {
-    for (const auto& steps : a_.temporaries)
-      if (std::binary_search(steps.begin(), steps.end(), s)) return true;
-    return false;
   }
 
   TensorId largest_resident(StepIndex s) const {
