@@ -205,9 +205,19 @@ void plan_under_budget(Plan& plan) {
     // levels (VGG-19 b256 --budget min: 0.14 -> 0.24 s on the 2-core machine, 2026-11-30). On
     // larger ones, where a plan takes tens of milliseconds, up to kDelaySteps steps and only
     // when the fastest candidate is more than kSplitGate times the bound: about kSplitCoarse
-    // steps of the largest activation, one level (DenseNet-121 b128 30 %: 0.18 -> 0.6-0.8 s).
+    // steps of the largest activation, one level (DenseNet-121 b128 30 %: 0.18 -> 0.6-0.8 s);
+    // and on graphs of up to kWideSplitSteps steps also about kSplitCoarse steps of each of the
+    // kWideSplitTensors largest, kWideSplitLevels levels. The narrow search's plans stay
+    // candidates beside the wide one's, so that no plan is slower than without it: the
+    // landscape is not smooth, and a wider level can keep a split the passes do less with.
+    // (ResNet-50 b256 at 4.245 GB with PyTorch's memory, h200-pcie: 218.3 -> 206.4 ms, planning
+    // 0.13 -> 0.7 s on the 2-core machine; 20 tensors or 6 levels found nothing faster,
+    // 2026-12-01.)
     constexpr size_t kSplitCoarse = 6;
     constexpr double kSplitGate = 1.10;
+    constexpr StepIndex kWideSplitSteps = 600;
+    constexpr size_t kWideSplitTensors = 12;
+    constexpr size_t kWideSplitLevels = 3;
     std::vector<SplitPlan> split_plans;
     bool split = plan.options.allow_recompute && g.step_count() <= kStrategySteps;
     if (plan.options.allow_recompute && !split && g.step_count() <= kDelaySteps) {
@@ -220,19 +230,38 @@ void plan_under_budget(Plan& plan) {
       with.budget_bytes = budget;
       with.movable = so.movable;
       with.recompute_ops = so.recompute_ops;
-      SplitSearch search;
+      std::vector<SplitSearch> searches(1);
       if (g.step_count() > kStrategySteps) {
-        search.max_tensors = 1;
-        search.coarse = kSplitCoarse;
-        search.levels = 1;
+        searches[0].max_tensors = 1;
+        searches[0].coarse = kSplitCoarse;
+        searches[0].levels = 1;
+        if (g.step_count() <= kWideSplitSteps) {
+          SplitSearch wide;
+          wide.max_tensors = kWideSplitTensors;
+          wide.coarse = kSplitCoarse;
+          wide.levels = kWideSplitLevels;
+          searches.push_back(wide);
+        }
       }
       // Both ways of counting chain temporaries (SwapOptions::temporaries_beside_step): in this
       // session's trials on h200-pcie (2026-12-01) the stricter one split VGG-19 better at its
       // least budgets, the model's own at batch 64 and 50 %.
-      split_plans = search_gap_splits(g, plan.lifetimes, plan.compute_us, mech, device, with, search);
-      with.temporaries_beside_step = true;
-      for (SplitPlan& sp : search_gap_splits(g, plan.lifetimes, plan.compute_us, mech, device, with, search))
-        split_plans.push_back(std::move(sp));
+      auto same_splits = [](const SplitPlan& x, const SplitPlan& y) {
+        if (x.splits.size() != y.splits.size()) return false;
+        for (size_t k = 0; k < x.splits.size(); ++k)
+          if (x.splits[k].tensor != y.splits[k].tensor || x.splits[k].at != y.splits[k].at)
+            return false;
+        return true;
+      };
+      for (bool beside : {false, true}) {
+        with.temporaries_beside_step = beside;
+        const size_t first = split_plans.size();  // this way of counting's plans start here
+        for (const SplitSearch& search : searches)
+          for (SplitPlan& sp : search_gap_splits(g, plan.lifetimes, plan.compute_us, mech, device, with, search))
+            if (std::none_of(split_plans.begin() + std::ptrdiff_t(first), split_plans.end(),
+                             [&](const SplitPlan& kept) { return same_splits(kept, sp); }))
+              split_plans.push_back(std::move(sp));
+      }
       for (SplitPlan& sp : split_plans) {
         candidates.push_back(std::move(sp.actions));
         life_of.push_back(&sp.life);

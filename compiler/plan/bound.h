@@ -164,11 +164,13 @@
 // takes at least C + sum_b F(b) (and C + the windows term); in bound(s) the stalls up to j (or
 // s) add to the compute before them, those after to the compute after. The bound is the largest
 // of C + sum_b F(b), C + the windows term and bound(s) over a choice of over-budget steps (any
-// choice keeps it a bound): the 16 with the most excess; the 16 whose excess takes longest to
-// move past the compute and stalls before them, and the 16 likewise after them; the 16 where
-// the bytes that must move (the excess beyond the regenerable ones) take longest to move both
-// ways; and the steps b-1 and b around each forced stall before b. Fixed costs per transfer
-// and link sharing between directions only make plans slower.
+// choice keeps it a bound): every one, where the whole-tensor term is worked out at every one
+// (Whole tensors, above); otherwise, and for the pairs, the candidate steps: the 16 with the
+// most excess; the 16 whose excess takes longest to move past the compute and stalls before
+// them, and the 16 likewise after them; the 16 where the bytes that must move (the excess
+// beyond the regenerable ones) take longest to move both ways; and the steps b-1 and b around
+// each forced stall before b. Fixed costs per transfer and link sharing between directions
+// only make plans slower.
 //
 // Kinds that may not move (gaps.h, MovableKinds). Such a tensor is resident over its whole
 // lifetime under every plan, and no recompute may make it (not even as a temporary). So at s

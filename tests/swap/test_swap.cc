@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <string>
 #include <tuple>
 
 #include "analysis/lifetimes.h"
@@ -454,6 +455,39 @@ TEST_CASE("the lower bound: whole tensors of equal size are each a candidate") {
   CHECK(b.critical_step == 4);
   CHECK(simulate(g, plan(g, 152, true, c), c, slow_link(), DeviceProfile{}).step_time_us >=
         b.bound_us);
+}
+
+TEST_CASE("the lower bound: bound(s) at every over-budget step of a small graph") {
+  // a (100 B) made at step 0, read at step 1 and by the last step 99; between them a chain of
+  // 10 B fillers f1..f98 (f1 = F(a), fk = F(f(k-1))) and e (1 B) = E(a, f98) at step 99.
+  // Live: 100, 110, then a + f(k-1) + fk = 120 at each of steps 2..98, and 111 at step 99. With
+  // the budget at 115, steps 2..98 are over it: 97 steps, more than the candidate steps of
+  // bound.h (4 lists of 16, and the steps around forced stalls) can hold. The graph is small
+  // (97 steps x 100 tensors), so bound(s) is worked out at every one of them: each appears once
+  // in the explanation, in step order, and none is above the bound.
+  TrainingGraph g;
+  g.add_tensor("a", TensorKind::activation, DType::u8, {100});
+  for (int k = 1; k <= 98; ++k)
+    g.add_tensor("f" + std::to_string(k), TensorKind::activation, DType::u8, {10});
+  g.add_tensor("e", TensorKind::activation, DType::u8, {1});
+  add_step(g, "A", {}, {0});
+  for (TensorId k = 1; k <= 98; ++k) add_step(g, "F", {k - 1}, {k});
+  add_step(g, "E", {0, 98}, {99});
+  auto life = compute_lifetimes(g);
+  auto tl = compute_timeline(g, life);
+  std::vector<double> c(100, 10);
+  auto x = lower_bound(g, life, tl.total, c, 115, slow_link(), MovableKinds{}, true, {}, true);
+  REQUIRE(x.steps.size() == 97);
+  double most = 0;
+  for (size_t i = 0; i < x.steps.size(); ++i) {
+    CHECK(x.steps[i].step == StepIndex(i) + 2);
+    CHECK(x.steps[i].excess_bytes == 5);
+    most = std::max(most, x.steps[i].bound_us);
+  }
+  CHECK(x.bound_us >= most);
+  CHECK(x.bound_us >= 1000);  // at least the compute, 100 steps of 10 us
+  // The same bound without the explanation.
+  CHECK(lower_bound(g, life, tl.total, c, 115, slow_link()).bound_us == doctest::Approx(x.bound_us));
 }
 
 TEST_CASE("gaps, including a persistent tensor's wrap-around gap") {

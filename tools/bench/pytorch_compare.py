@@ -367,7 +367,9 @@ def main():
                          "(autovm.step_times), instead of the cost model's")
     ap.add_argument("--write-reserves", metavar="DIR",
                     help="with --reserve-from: write each model's reserve to "
-                         "DIR/MODEL-reserve.json (for autovm-plan --reserve) and exit")
+                         "DIR/MODEL-reserve.json (for autovm-plan --reserve), and with "
+                         "--step-times-from its step times to DIR/MODEL-step-times.json "
+                         "(for --step-times), and exit")
     ap.add_argument("--planner", help="autovm-plan (--make-plans; default: $AUTOVM_PLAN or "
                                       "the build's)")
     ap.add_argument("--lib", help="libautovm (default: $AUTOVM_LIB or the build's)")
@@ -393,6 +395,12 @@ def main():
             with open(path, "w") as f:
                 json.dump(reserve, f)
             print(f"{model}: {len(reserve['step_bytes'])} steps -> {path}")
+        if args.step_times_from:
+            for model, times in step_times_from(*args.step_times_from).items():
+                path = os.path.join(args.write_reserves, f"{model}-step-times.json")
+                with open(path, "w") as f:
+                    json.dump(times, f)
+                print(f"{model}: {len(times['step_us'])} step times -> {path}")
         return 0
     if args.make_plans:
         reserves = reserves_from(args.reserve_from) if args.reserve_from else None
