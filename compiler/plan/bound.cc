@@ -366,10 +366,13 @@ class LinkCurve {
     size_t k = size_t(std::upper_bound(terms_.begin(), terms_.end(), bytes,
                                        [](double b, const Term& t) { return b < t.free_bytes; }) -
                       terms_.begin());  // terms [0, k) have free_bytes <= bytes
-    double t = fixed_after_[k];
+    double t = std::max(floor_us_, fixed_after_[k]);
     if (k > 0) t = std::max(t, growing_[k - 1] + bytes * per_byte_);
     return t;
   }
+
+  // From now on the curve is at least `us` for any number of bytes (still convex).
+  void raise_to(double us) { floor_us_ = std::max(floor_us_, us); }
 
  private:
   struct Term {
@@ -379,6 +382,7 @@ class LinkCurve {
   std::vector<Term> terms_;
   std::vector<double> growing_;      // prefix max of fixed - free * per_byte
   std::vector<double> fixed_after_;  // suffix max of fixed
+  double floor_us_ = -kInf;
 };
 
 // The forced stall before each step b (bound.h): max(F(b), D(b)), F(b) the to-device time of
@@ -526,51 +530,65 @@ struct StepTerms {
 StepTerms step_terms(StepIndex s, double e, const std::vector<OffAble>& items, const Prefix& sum,
                      const Mechanism& mech, StepIndex until) {
   const StepIndex n = StepIndex(sum.compute.size()) - 1;
-  std::vector<std::pair<StepIndex, double>> by_release, by_deadline;  // (step, bytes)
   double total = 0, capacity = 0;
   std::vector<OffAble> costed;
   for (const OffAble& it : items) {
-    by_release.emplace_back(it.release, double(it.bytes));
-    by_deadline.emplace_back(it.deadline, double(it.bytes));
     total += double(it.bytes);
     if (!std::isinf(it.cost)) capacity += double(it.bytes);
     costed.push_back(it);
     if (it.deadline > until && !std::isinf(it.cost)) costed.back().cost = 0;
   }
-  std::sort(by_release.begin(), by_release.end());
-  std::sort(by_deadline.begin(), by_deadline.end(), std::greater<>());
   StepTerms t{LinkCurve(mech.to_host.bandwidth_gbps), LinkCurve(mech.to_device.bandwidth_gbps),
               RecomputeCost(std::move(costed))};
   // Departures: the M bytes that left earliest; those after release j leave after step j ends.
-  t.departure.add(sum.compute_to(s) + sum.extra_to(s + 1), kInf);
-  double earlier = 0;  // bytes released before j (or free to leave)
-  for (size_t k = 0; k < by_release.size(); ++k) {
-    auto [j, bytes] = by_release[k];
-    if (j >= 0 && (k == 0 || by_release[k - 1].first != j))
-      t.departure.add(sum.compute_to(j + 1) + sum.extra_to(j + 1), earlier);
-    earlier += bytes;
-  }
   // Arrivals: the M bytes due latest; those due by j arrive before step j starts, and steps
   // j..until-1 and the stalls before j+1..until follow (to the end of the step: the windows
-  // term after j, at least those stalls).
+  // term after j, at least those stalls). Over the items `of` picks.
   auto after_j = [&](StepIndex j) {
     double compute = sum.compute_to(std::min(until, n)) - sum.compute_to(j);
     double stalls = until >= n ? sum.extra_from(j + 1) : sum.stall_to(until + 1) - sum.stall_to(j + 1);
     return compute + stalls;
   };
-  double later = 0;  // bytes due after j (or never back within the window)
-  for (size_t k = 0; k < by_deadline.size(); ++k) {
-    auto [j, bytes] = by_deadline[k];
-    if (j < n && j <= until && (k == 0 || by_deadline[k - 1].first != j))
-      t.arrival.add(after_j(j), later);
-    later += bytes;
-  }
-  t.departure.done();
-  t.arrival.done();
+  auto link_curves = [&](auto of, LinkCurve& departure, LinkCurve& arrival) {
+    std::vector<std::pair<StepIndex, double>> by_release, by_deadline;  // (step, bytes)
+    for (const OffAble& it : items) {
+      if (!of(it)) continue;
+      by_release.emplace_back(it.release, double(it.bytes));
+      by_deadline.emplace_back(it.deadline, double(it.bytes));
+    }
+    std::sort(by_release.begin(), by_release.end());
+    std::sort(by_deadline.begin(), by_deadline.end(), std::greater<>());
+    departure.add(sum.compute_to(s) + sum.extra_to(s + 1), kInf);
+    double earlier = 0;  // bytes released before j (or free to leave)
+    for (size_t k = 0; k < by_release.size(); ++k) {
+      auto [j, bytes] = by_release[k];
+      if (j >= 0 && (k == 0 || by_release[k - 1].first != j))
+        departure.add(sum.compute_to(j + 1) + sum.extra_to(j + 1), earlier);
+      earlier += bytes;
+    }
+    double later = 0;  // bytes due after j (or never back within the window)
+    for (size_t k = 0; k < by_deadline.size(); ++k) {
+      auto [j, bytes] = by_deadline[k];
+      if (j < n && j <= until && (k == 0 || by_deadline[k - 1].first != j))
+        arrival.add(after_j(j), later);
+      later += bytes;
+    }
+    departure.done();
+    arrival.done();
+  };
+  link_curves([](const OffAble&) { return true; }, t.departure, t.arrival);
   // At least e - capacity bytes must be moved, at most what may move. (lo <= hi whenever the
   // budget is feasible: gaps.h.)
   t.lo = std::max(0.0, e - capacity);
   t.hi = std::max(t.lo, std::min(e, total));
+  // Those e - capacity bytes are of the tensors no recompute can make (bound.h, Moved bytes
+  // that no recompute can replace): whatever else moves, they leave and come back.
+  if (t.lo > 0) {
+    LinkCurve departure(mech.to_host.bandwidth_gbps), arrival(mech.to_device.bandwidth_gbps);
+    link_curves([](const OffAble& it) { return std::isinf(it.cost); }, departure, arrival);
+    t.departure.raise_to(departure(t.lo));
+    t.arrival.raise_to(arrival(t.lo));
+  }
   return t;
 }
 

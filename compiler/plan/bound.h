@@ -54,6 +54,20 @@
 // Each part is convex in M (maxima of convex functions; Rc(E - M) convex as the knapsack fills
 // the cheapest bytes first), so a ternary search finds the minimum.
 //
+// Moved bytes that no recompute can replace. Let N be the off-able tensors at s that are not
+// regenerable at s (below), K = max(0, E - regenerable). Whatever a plan takes off at s, at
+// least K bytes of it are in N (the off bytes outside N are regenerable ones, E - K at most
+// counted), and those are moved, not regenerated: a `discard` there would need a `recompute`
+// in [s+1, d(x)]. So the plan's evicts before s hold at least K bytes of N, and its prefetches
+// after s too. Dep and Arr grow with the set they are worked out on, so
+//   Dep(M) >= Dep_N(K) and Arr(M) >= Arr_N(K)
+// for every M, Dep_N and Arr_N being Dep and Arr over the tensors of N alone (their K bytes
+// picked at best, as above). bound(s) uses max(Dep(M), Dep_N(K)) and max(Arr(M), Arr_N(K)),
+// still convex in M. It matters where N's tensors are released later, or due earlier, than
+// the regenerable ones: ResNet-50 b256 at 4.245 GB with PyTorch's memory, at step 66
+// (layer2.2's Add), where 2.47 GB of the off-able bytes, three tensors of 822 MB, have no
+// chain that fits (2026-12-01: 139.6 -> 145.9 ms). The pairs and Tail(s) use the same curves.
+//
 // Forced arrivals. unavoidable(s) (plan/gaps.h) is resident at s under every plan. A tensor x
 // used at step b, not used at b-1, live at b-1 and covered there by a gap (so not counted in
 // unavoidable(b-1)) with unavoidable(b-1) + bytes(x) > budget cannot be resident at b-1. It is

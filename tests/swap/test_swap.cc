@@ -457,6 +457,69 @@ TEST_CASE("the lower bound: whole tensors of equal size are each a candidate") {
         b.bound_us);
 }
 
+TEST_CASE("the lower bound: the bytes no recompute can make leave after their own releases") {
+  // a (100 B) made by a Conv with no inputs (a recompute can make it again); b1..b5 (24 B
+  // each) by dropouts (none can); g (1 B) read at 7 and 8; c (159 B) made at 7 and read by
+  // nothing after; k, f (1 B).
+  //   0: a = Conv()  1: b1 = Dropout(a)  2: b2 = Dropout(b1)  ...  5: b5 = Dropout(b4)
+  //   6: g = G(b5)   7: c = C(g)         8: k = K(g)          9: f = F(a, b1..b5, k)
+  // Live: 100, 124, 148, 172, 196, 220, 221, then 380 at step 7, then 222, 222. Budget 230:
+  // only step 7 is over, E = 150; unavoidable(7) = g + c = 160. Off-able there: a and b1..b5,
+  // 220 B, each fitting beside unavoidable(7) on its own (no forced window, no forced stall).
+  // Regenerable: a alone (its Conv again before step 9, or 8), so K = E - 100 = 50 B of the
+  // b's must be moved: evicted after their release (bi's last use before 7 is step i + 1) and
+  // back before step 9.
+  // Slow link, 1 B/us both ways; every step 10 us, C = 100. bound(7), over M in [50, 150]:
+  //   Dep(M) = max(C_<7 = 70, C_<=1 + M) (a, released at 1, leaves first) = max(70, 20 + M);
+  //   Dep_N(50) = max(70, C_<=2 + 50, C_<=3 + 26, C_<=4 + 2) = 80 (b1 and b2 first);
+  //   Arr(M) = M + C_>=9 = M + 10; Arr_N(50) = 60; Rc(150 - M) = 0.1 us/B (a's Conv, 10 us
+  //   for 100 B) x (150 - M); c_7 = 10, C_>7 = 20.
+  //   Before: max(70, 20 + M) + 10 + max(20 + Rc, M + 10), least at M = 50: 70 + 10 + 60 = 140.
+  //   Now: max(80, 20 + M) + 10 + max(20 + Rc, max(60, M + 10)), at M = 50: 80 + 10 + 60 = 150.
+  // The whole-tensor term is 114 (some bi of 24 B moves: b1, 24 B before step 7 with 50 us of
+  // compute since its release, and after it with 10: 100 + 0 + 14), C + windows 100: the bound
+  // is 150 us, set by bound(7).
+  TrainingGraph g;
+  g.add_tensor("a", TensorKind::activation, DType::u8, {100});
+  for (int i = 1; i <= 5; ++i)
+    g.add_tensor("b" + std::to_string(i), TensorKind::activation, DType::u8, {24});
+  for (auto [name, bytes] : {std::pair<const char*, int64_t>{"g", 1}, {"c", 159}, {"k", 1}, {"f", 1}})
+    g.add_tensor(name, TensorKind::activation, DType::u8, {bytes});
+  add_step(g, "Conv", {}, {0});
+  for (TensorId i = 1; i <= 5; ++i) add_step(g, "Dropout", {i - 1}, {i});
+  add_step(g, "G", {5}, {6});
+  add_step(g, "C", {6}, {7});
+  add_step(g, "K", {6}, {8});
+  add_step(g, "F", {0, 1, 2, 3, 4, 5, 8}, {9});
+  auto life = compute_lifetimes(g);
+  auto tl = compute_timeline(g, life);
+  REQUIRE(tl.total == std::vector<int64_t>{100, 124, 148, 172, 196, 220, 221, 380, 222, 222});
+  std::vector<double> c(10, 10);
+  auto x = lower_bound(g, life, tl.total, c, 230, slow_link(), MovableKinds{}, true, {}, true);
+  CHECK(x.forced_stall_us == 0);
+  CHECK(x.bound_us == doctest::Approx(150).epsilon(1e-3));
+  CHECK(x.set_by == BoundTerm::step);
+  CHECK(x.critical_step == 7);
+  REQUIRE(x.steps.size() == 1);
+  const StepBoundTerms& t = x.steps[0];
+  CHECK(t.excess_bytes == 150);
+  CHECK(t.off_able_bytes == 220);
+  CHECK(t.regenerable_bytes == 100);
+  CHECK(t.moved_bytes == doctest::Approx(50).epsilon(1e-2));
+  CHECK(t.departure_us == doctest::Approx(80).epsilon(1e-3));
+  CHECK(t.arrival_us == doctest::Approx(60).epsilon(1e-3));
+  CHECK(t.recompute_us == doctest::Approx(10).epsilon(1e-2));
+  CHECK(t.whole_tensor_us == doctest::Approx(114).epsilon(1e-3));
+  // Every plan of the planner is at or above it.
+  for (bool recompute : {true, false}) {
+    SwapOptions o;
+    o.budget_bytes = 230;
+    o.allow_recompute = recompute;
+    auto actions = plan_swaps(g, life, c, slow_link(), o);
+    CHECK(simulate(g, actions, c, slow_link(), DeviceProfile{}).step_time_us >= x.bound_us - 1e-6);
+  }
+}
+
 TEST_CASE("the lower bound: bound(s) at every over-budget step of a small graph") {
   // a (100 B) made at step 0, read at step 1 and by the last step 99; between them a chain of
   // 10 B fillers f1..f98 (f1 = F(a), fk = F(f(k-1))) and e (1 B) = E(a, f98) at step 99.
