@@ -525,6 +525,27 @@ struct StepTerms {
   double lo = 0, hi = 0;  // M in [lo, hi]
 };
 
+// The least total of whole tensors of `sizes` that reaches `need` bytes (a plan moves whole
+// tensors): over every subset when there are at most kExactCover of them; otherwise `need`
+// rounded up to a multiple of their greatest common divisor, which every subset's total is.
+double least_whole_cover(const std::vector<int64_t>& sizes, double need) {
+  constexpr size_t kExactCover = 16;
+  if (need <= 0) return 0;
+  if (sizes.size() <= kExactCover) {
+    double best = kInf;
+    for (uint32_t mask = 1; mask < (uint32_t(1) << sizes.size()); ++mask) {
+      double total = 0;
+      for (size_t i = 0; i < sizes.size(); ++i)
+        if (mask & (uint32_t(1) << i)) total += double(sizes[i]);
+      if (total >= need) best = std::min(best, total);
+    }
+    return std::isinf(best) ? need : best;  // none reaches it: the budget is infeasible
+  }
+  int64_t g = 0;
+  for (int64_t b : sizes) g = std::gcd(g, b);
+  return g > 0 ? std::ceil(need / double(g)) * double(g) : need;
+}
+
 // Departures before s; arrivals after s due before `until` (n: the end of the step) counted to
 // the start of `until`; recomputes of the tensors due before `until` costed, the others free.
 StepTerms step_terms(StepIndex s, double e, const std::vector<OffAble>& items, const Prefix& sum,
@@ -582,8 +603,13 @@ StepTerms step_terms(StepIndex s, double e, const std::vector<OffAble>& items, c
   t.lo = std::max(0.0, e - capacity);
   t.hi = std::max(t.lo, std::min(e, total));
   // Those e - capacity bytes are of the tensors no recompute can make (bound.h, Moved bytes
-  // that no recompute can replace): whatever else moves, they leave and come back.
+  // that no recompute can replace): whatever else moves, they leave and come back, whole.
   if (t.lo > 0) {
+    std::vector<int64_t> never;
+    for (const OffAble& it : items)
+      if (std::isinf(it.cost)) never.push_back(it.bytes);
+    t.lo = std::max(t.lo, least_whole_cover(never, t.lo));
+    t.hi = std::max(t.hi, t.lo);
     LinkCurve departure(mech.to_host.bandwidth_gbps), arrival(mech.to_device.bandwidth_gbps);
     link_curves([](const OffAble& it) { return std::isinf(it.cost); }, departure, arrival);
     t.departure.raise_to(departure(t.lo));

@@ -62,11 +62,15 @@
 // after s too. Dep and Arr grow with the set they are worked out on, so
 //   Dep(M) >= Dep_N(K) and Arr(M) >= Arr_N(K)
 // for every M, Dep_N and Arr_N being Dep and Arr over the tensors of N alone (their K bytes
-// picked at best, as above). bound(s) uses max(Dep(M), Dep_N(K)) and max(Arr(M), Arr_N(K)),
-// still convex in M. It matters where N's tensors are released later, or due earlier, than
-// the regenerable ones: ResNet-50 b256 at 4.245 GB with PyTorch's memory, at step 66
-// (layer2.2's Add), where 2.47 GB of the off-able bytes, three tensors of 822 MB, have no
-// chain that fits (2026-12-01: 139.6 -> 145.9 ms). The pairs and Tail(s) use the same curves.
+// picked at best, as above). They move whole, so K rises to K', the least total of whole
+// tensors of N that reaches K (over every subset when N holds at most 16 tensors; else K
+// rounded up to a multiple of the greatest common divisor of their sizes), and M >= K' too.
+// bound(s) uses max(Dep(M), Dep_N(K')) and max(Arr(M), Arr_N(K')) for M in [K', ...], still
+// convex in M. It matters where N's tensors are released later, or due earlier, than the
+// regenerable ones: ResNet-50 b256 at 4.245 GB with PyTorch's memory, at step 66 (layer2.2's
+// Add), where K = 1.12 GB of the 2.47 GB that no chain can make (three tensors of 822 MB), so
+// K' = 1.64 GB (2026-12-01: 139.6 ms -> 145.9 with K -> 155.4 with K'). The pairs and
+// Tail(s) use the same curves and range.
 //
 // Forced arrivals. unavoidable(s) (plan/gaps.h) is resident at s under every plan. A tensor x
 // used at step b, not used at b-1, live at b-1 and covered there by a gap (so not counted in
