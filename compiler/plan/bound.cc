@@ -526,19 +526,20 @@ struct StepTerms {
 };
 
 // The least total of whole tensors of `sizes` that reaches `need` bytes (a plan moves whole
-// tensors): over every subset when there are at most kExactCover of them; otherwise `need`
-// rounded up to a multiple of their greatest common divisor, which every subset's total is.
+// tensors): over every subset's total when there are at most kExactCover of them (2^k totals,
+// each made from one before it); otherwise `need` rounded up to a multiple of their greatest
+// common divisor, which every subset's total is.
 double least_whole_cover(const std::vector<int64_t>& sizes, double need) {
-  constexpr size_t kExactCover = 16;
+  constexpr size_t kExactCover = 12;
   if (need <= 0) return 0;
   if (sizes.size() <= kExactCover) {
+    std::vector<double> totals = {0};
+    totals.reserve(size_t(1) << sizes.size());
+    for (int64_t b : sizes)
+      for (size_t i = 0, m = totals.size(); i < m; ++i) totals.push_back(totals[i] + double(b));
     double best = kInf;
-    for (uint32_t mask = 1; mask < (uint32_t(1) << sizes.size()); ++mask) {
-      double total = 0;
-      for (size_t i = 0; i < sizes.size(); ++i)
-        if (mask & (uint32_t(1) << i)) total += double(sizes[i]);
-      if (total >= need) best = std::min(best, total);
-    }
+    for (double t : totals)
+      if (t >= need) best = std::min(best, t);
     return std::isinf(best) ? need : best;  // none reaches it: the budget is infeasible
   }
   int64_t g = 0;
@@ -570,29 +571,35 @@ StepTerms step_terms(StepIndex s, double e, const std::vector<OffAble>& items, c
     double stalls = until >= n ? sum.extra_from(j + 1) : sum.stall_to(until + 1) - sum.stall_to(j + 1);
     return compute + stalls;
   };
+  // Bytes by release (index release + 1: -1 is free to leave) and by deadline (n: never back),
+  // then each in step order: a bucket per step instead of a sort (step_terms runs at every
+  // over-budget step; off_able_at is O(n) there already).
+  std::vector<double> released(size_t(n) + 1), due(size_t(n) + 1);
+  std::vector<char> any_released(size_t(n) + 1), any_due(size_t(n) + 1);
   auto link_curves = [&](auto of, LinkCurve& departure, LinkCurve& arrival) {
-    std::vector<std::pair<StepIndex, double>> by_release, by_deadline;  // (step, bytes)
+    std::fill(released.begin(), released.end(), 0.0);
+    std::fill(due.begin(), due.end(), 0.0);
+    std::fill(any_released.begin(), any_released.end(), 0);
+    std::fill(any_due.begin(), any_due.end(), 0);
     for (const OffAble& it : items) {
       if (!of(it)) continue;
-      by_release.emplace_back(it.release, double(it.bytes));
-      by_deadline.emplace_back(it.deadline, double(it.bytes));
+      released[size_t(it.release + 1)] += double(it.bytes);
+      any_released[size_t(it.release + 1)] = 1;
+      due[size_t(it.deadline)] += double(it.bytes);
+      any_due[size_t(it.deadline)] = 1;
     }
-    std::sort(by_release.begin(), by_release.end());
-    std::sort(by_deadline.begin(), by_deadline.end(), std::greater<>());
     departure.add(sum.compute_to(s) + sum.extra_to(s + 1), kInf);
     double earlier = 0;  // bytes released before j (or free to leave)
-    for (size_t k = 0; k < by_release.size(); ++k) {
-      auto [j, bytes] = by_release[k];
-      if (j >= 0 && (k == 0 || by_release[k - 1].first != j))
-        departure.add(sum.compute_to(j + 1) + sum.extra_to(j + 1), earlier);
-      earlier += bytes;
+    for (StepIndex j = -1; j < n; ++j) {
+      if (!any_released[size_t(j + 1)]) continue;
+      if (j >= 0) departure.add(sum.compute_to(j + 1) + sum.extra_to(j + 1), earlier);
+      earlier += released[size_t(j + 1)];
     }
     double later = 0;  // bytes due after j (or never back within the window)
-    for (size_t k = 0; k < by_deadline.size(); ++k) {
-      auto [j, bytes] = by_deadline[k];
-      if (j < n && j <= until && (k == 0 || by_deadline[k - 1].first != j))
-        arrival.add(after_j(j), later);
-      later += bytes;
+    for (StepIndex j = n; j >= 0; --j) {
+      if (!any_due[size_t(j)]) continue;
+      if (j < n && j <= until) arrival.add(after_j(j), later);
+      later += due[size_t(j)];
     }
     departure.done();
     arrival.done();

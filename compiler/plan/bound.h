@@ -55,15 +55,15 @@
 // the cheapest bytes first), so a ternary search finds the minimum.
 //
 // Moved bytes that no recompute can replace. Let N be the off-able tensors at s that are not
-// regenerable at s (below), K = max(0, E - regenerable). Whatever a plan takes off at s, at
-// least K bytes of it are in N (the off bytes outside N are regenerable ones, E - K at most
-// counted), and those are moved, not regenerated: a `discard` there would need a `recompute`
+// regenerable at s (Recompute feasibility, above) and K = max(0, E - regenerable). A plan
+// takes at least E bytes off at s, at most `regenerable` of them outside N, so at least K in
+// N; and those are moved, not regenerated: a `discard` there would need a `recompute`
 // in [s+1, d(x)]. So the plan's evicts before s hold at least K bytes of N, and its prefetches
 // after s too. Dep and Arr grow with the set they are worked out on, so
 //   Dep(M) >= Dep_N(K) and Arr(M) >= Arr_N(K)
 // for every M, Dep_N and Arr_N being Dep and Arr over the tensors of N alone (their K bytes
 // picked at best, as above). They move whole, so K rises to K', the least total of whole
-// tensors of N that reaches K (over every subset when N holds at most 16 tensors; else K
+// tensors of N that reaches K (over every subset when N holds at most 12 tensors; else K
 // rounded up to a multiple of the greatest common divisor of their sizes), and M >= K' too.
 // bound(s) uses max(Dep(M), Dep_N(K')) and max(Arr(M), Arr_N(K')) for M in [K', ...], still
 // convex in M. It matters where N's tensors are released later, or due earlier, than the
