@@ -246,20 +246,13 @@ void plan_under_budget(Plan& plan) {
       // Both ways of counting chain temporaries (SwapOptions::temporaries_beside_step): in this
       // session's trials on h200-pcie (2026-12-01) the stricter one split VGG-19 better at its
       // least budgets, the model's own at batch 64 and 50 %.
-      auto same_splits = [](const SplitPlan& x, const SplitPlan& y) {
-        if (x.splits.size() != y.splits.size()) return false;
-        for (size_t k = 0; k < x.splits.size(); ++k)
-          if (x.splits[k].tensor != y.splits[k].tensor || x.splits[k].at != y.splits[k].at)
-            return false;
-        return true;
-      };
       for (bool beside : {false, true}) {
         with.temporaries_beside_step = beside;
         const size_t first = split_plans.size();  // this way of counting's plans start here
         for (const SplitSearch& search : searches)
           for (SplitPlan& sp : search_gap_splits(g, plan.lifetimes, plan.compute_us, mech, device, with, search))
             if (std::none_of(split_plans.begin() + std::ptrdiff_t(first), split_plans.end(),
-                             [&](const SplitPlan& kept) { return same_splits(kept, sp); }))
+                             [&](const SplitPlan& kept) { return kept.splits == sp.splits; }))
               split_plans.push_back(std::move(sp));
       }
       for (SplitPlan& sp : split_plans) {

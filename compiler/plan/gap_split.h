@@ -25,6 +25,7 @@ namespace autovm {
 struct GapSplit {
   TensorId tensor = kNoTensor;
   StepIndex at = 0;  // the backward step given to the tensor as a use
+  bool operator==(const GapSplit&) const = default;
 };
 
 // Up to `max_tensors` of the largest activations of a movable kind with a gap from a forward
