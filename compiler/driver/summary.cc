@@ -67,17 +67,19 @@ std::string bound_explanation(const Plan& plan) {
   out += fmt::format(
       "  bound(s) at {} of the {} steps where it is worked out, the highest first (and the step\n"
       "  with the most excess E); M is the moved bytes that give the least, Dep(M) the earliest\n"
-      "  start of s, Rc(E - M) the least recompute of the rest, Arr(M) the arrivals after s:\n",
+      "  start of s, Rc(E - M) the least recompute of the rest, apart the part of it that cannot\n"
+      "  run beside the transfers of the forced windows after s, Arr(M) the arrivals after s:\n",
       shown, by.size());
-  out += fmt::format("  {:>6} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}\n",
+  out += fmt::format("  {:>6} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}\n",
                      "step", "excess E", "off-able", "regenerable", "moved M", "Dep(M)",
-                     "Rc(E-M)", "Arr(M)", "bound(s)", "whole tensor");
+                     "Rc(E-M)", "apart", "Arr(M)", "bound(s)", "whole tensor");
   for (size_t i = 0; i < shown; ++i) {
     const StepBoundTerms& t = by[i];
-    out += fmt::format("  {:>6} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}\n",
+    out += fmt::format("  {:>6} {:>10} {:>10} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>12}\n",
                        t.step, gb(t.excess_bytes), gb(t.off_able_bytes), gb(t.regenerable_bytes),
                        gb(t.moved_bytes), ms(t.departure_us), ms(t.recompute_us),
-                       ms(t.arrival_us), ms(t.bound_us), ms(t.whole_tensor_us));
+                       ms(t.recompute_apart_us), ms(t.arrival_us), ms(t.bound_us),
+                       ms(t.whole_tensor_us));
   }
   return out;
 }

@@ -55,6 +55,15 @@ class RangeMin {
   std::vector<std::vector<int64_t>> min_;  // min_[k][i]: over [i, i + 2^k)
 };
 
+// A forced window (bound.h): a transfer of `tensor` on one queue that runs after step `lo`
+// ends and is complete before step `hi` starts.
+struct Window {
+  StepIndex lo = 0, hi = 0;
+  double us = 0;
+  bool to_device = false;
+  TensorId tensor = -1;
+};
+
 // Recomputation (bound.h), worked out once for each piece of each gap of each tensor: a run of
 // steps of the gap over which no input of the tensor's producer dies. Over a piece the chain is
 // taken as it is at the piece's first step p: an input dead by p is dead at every later step,
@@ -86,6 +95,49 @@ class Regeneration {
     if (after == pieces.begin()) return nullptr;
     const Piece& piece = *std::prev(after);
     return piece.last_fit > s ? &piece.chain : nullptr;
+  }
+
+  // Whether x, regenerable at s (chain_at), may be made again while the transfer of a forced
+  // window that starts at s or later is in flight (bound.h, Recomputes beside the windows).
+  bool may_overlap(TensorId x, StepIndex s) const {
+    const std::vector<Piece>& pieces = pieces_[size_t(x)];
+    auto after = std::upper_bound(pieces.begin(), pieces.end(), s,
+                                  [](StepIndex v, const Piece& p) { return v < p.from; });
+    return after != pieces.begin() && std::prev(after)->overlap_from >= s;
+  }
+
+  // For each piece with a chain, the latest start lo of a forced window (lo, hi] of a tensor y
+  // whose transfer a recompute of the piece's tensor may run beside: before a step t in
+  // [lo + 1, hi - 1] (a transfer awaited at t is complete before t's recomputes run, and none
+  // of the window is in flight once hi starts) where the recompute fits with y resident,
+  // counted once with the chain's needs. `windows` by lo, the latest first. Past `max_work`
+  // window checks the rest are taken as able to (only more recomputes are left free).
+  void mark_overlaps(const std::vector<Window>& windows, double max_work) {
+    double work = 0;
+    for (size_t x = 0; x < pieces_.size(); ++x) {
+      for (Piece& piece : pieces_[x]) {
+        if (piece.last_fit <= piece.from) continue;  // no recompute at all
+        if (work > max_work) {
+          piece.overlap_from = g_.step_count();
+          continue;
+        }
+        Needs needs = needs_of(TensorId(x), piece.chain, piece.from);
+        const std::vector<StepIndex>& uses = life_[size_t(x)].uses;  // a gap holds the piece
+        StepIndex next_use = *std::upper_bound(uses.begin(), uses.end(), piece.from);
+        for (const Window& w : windows) {
+          StepIndex lo = std::max(w.lo + 1, piece.from + 1);
+          StepIndex hi = std::min(w.hi - 1, piece.last_fit);
+          if (w.tensor == TensorId(x) || lo > hi) continue;
+          ++work;
+          Needs with = needs;  // y counted once: resident at t, as an input or not
+          if (std::erase(with.inputs, w.tensor) > 0) with.bytes -= g_.tensor(w.tensor).bytes;
+          if (last_fit(TensorId(x), next_use, with, lo, hi, g_.tensor(w.tensor).bytes) >= lo) {
+            piece.overlap_from = w.lo;
+            break;
+          }
+        }
+      }
+    }
   }
 
   // Bytes off-able at each step that no recompute can regenerate (by chain_at), and the
@@ -129,6 +181,7 @@ class Regeneration {
   struct Piece {
     StepIndex from = 0;      // first step of the piece
     StepIndex last_fit = 0;  // last step t (<= next use) before which one fits; `from` if none
+    StepIndex overlap_from = -2;  // may_overlap at steps up to this one (mark_overlaps)
     std::vector<StepIndex> chain;
   };
 
@@ -224,12 +277,13 @@ class Regeneration {
   // when none: in the moment before t, where the chain runs, before(t) + x (unless used at t)
   // + the chain's movable inputs not used at t <= budget; and at t, where x stays,
   // unavoidable(t) + x (unless used at t) <= budget.
-  StepIndex last_fit(TensorId x, StepIndex u, const Needs& n, StepIndex lo, StepIndex hi) const {
+  StepIndex last_fit(TensorId x, StepIndex u, const Needs& n, StepIndex lo, StepIndex hi,
+                     int64_t also_resident = 0) const {
     hi = std::min(hi, n.until);
     if (lo > hi) return lo - 1;
-    const int64_t x_bytes = g_.tensor(x).bytes;
+    const int64_t x_bytes = g_.tensor(x).bytes + also_resident;
     auto fits = [&](StepIndex t) {
-      int64_t need = used_at(life_[size_t(x)], t) ? 0 : x_bytes;
+      int64_t need = (used_at(life_[size_t(x)], t) ? 0 : g_.tensor(x).bytes) + also_resident;
       if (unavoidable_[size_t(t)] + need > budget_) return false;
       for (TensorId y : n.inputs)
         if (movable_.has(g_.tensor(y).kind) && !used_at(life_[size_t(y)], t))
@@ -277,6 +331,7 @@ struct OffAble {
   StepIndex release = -1;
   StepIndex deadline = 0;
   double cost = kInf;
+  bool may_overlap = false;  // may be made again while a forced window's transfer runs
 };
 
 std::vector<OffAble> off_able_at(const TrainingGraph& g, const std::vector<Lifetime>& life,
@@ -300,6 +355,7 @@ std::vector<OffAble> off_able_at(const TrainingGraph& g, const std::vector<Lifet
     const std::vector<StepIndex>* chain = regeneration.chain_at(t.id, s);
     if (chain) {
       item.cost = 0;
+      item.may_overlap = regeneration.may_overlap(t.id, s);
       for (StepIndex q : *chain) users[size_t(q)]++;
     }
     items.push_back(item);
@@ -445,14 +501,6 @@ std::vector<double> forced_stall_us(const TrainingGraph& g, const std::vector<Li
   return forced;
 }
 
-// A forced window (bound.h): a transfer of one tensor on one queue that runs after step `lo`
-// ends and is complete before step `hi` starts.
-struct Window {
-  StepIndex lo = 0, hi = 0;
-  double us = 0;
-  bool to_device = false;
-};
-
 // The forced windows of every gap (bound.h): x cannot be resident at a step s of the gap
 // (unavoidable(s) + bytes(x) > budget) and no recompute can make it again from s; its eviction
 // runs in (use before the gap, first such s], its prefetch in (last such s, use after the gap].
@@ -478,8 +526,8 @@ std::vector<Window> forced_windows(const TrainingGraph& g, const std::vector<Lif
           last = s;
         }
       if (first < 0) return;
-      if (leaves) windows.push_back({from, first, out_us, false});
-      if (returns) windows.push_back({last, to, in_us, true});
+      if (leaves) windows.push_back({from, first, out_us, false, t.id});
+      if (returns) windows.push_back({last, to, in_us, true, t.id});
     };
     for (size_t k = 1; k < l.uses.size(); ++k) gap(l.uses[k - 1], l.uses[k], true, true);
     if (l.persistent) {  // the wrap-around gap, within this training step
@@ -522,6 +570,7 @@ struct Prefix {
 struct StepTerms {
   LinkCurve departure, arrival;
   RecomputeCost rc;
+  RecomputeCost rc_apart;  // the same with the tensors that may_overlap free
   double lo = 0, hi = 0;  // M in [lo, hi]
 };
 
@@ -553,15 +602,17 @@ StepTerms step_terms(StepIndex s, double e, const std::vector<OffAble>& items, c
                      const Mechanism& mech, StepIndex until) {
   const StepIndex n = StepIndex(sum.compute.size()) - 1;
   double total = 0, capacity = 0;
-  std::vector<OffAble> costed;
+  std::vector<OffAble> costed, apart;
   for (const OffAble& it : items) {
     total += double(it.bytes);
     if (!std::isinf(it.cost)) capacity += double(it.bytes);
     costed.push_back(it);
     if (it.deadline > until && !std::isinf(it.cost)) costed.back().cost = 0;
+    apart.push_back(costed.back());
+    if (it.may_overlap) apart.back().cost = 0;
   }
   StepTerms t{LinkCurve(mech.to_host.bandwidth_gbps), LinkCurve(mech.to_device.bandwidth_gbps),
-              RecomputeCost(std::move(costed))};
+              RecomputeCost(std::move(costed)), RecomputeCost(std::move(apart))};
   // Departures: the M bytes that left earliest; those after release j leave after step j ends.
   // Arrivals: the M bytes due latest; those due by j arrive before step j starts, and steps
   // j..until-1 and the stalls before j+1..until follow (to the end of the step: the windows
@@ -651,7 +702,8 @@ StepBoundTerms step_bound(StepIndex s, double e, const StepTerms& t,
   double c_after = sum.compute_from(s + 1);
   auto [least, m] = convex_argmin(t.lo, t.hi, [&](double moved) {
     return t.departure(moved) + compute_us[size_t(s)] +
-           std::max(c_after + std::max(stalls + t.rc(e - moved), windows), t.arrival(moved));
+           std::max(c_after + std::max(stalls + t.rc(e - moved), windows + t.rc_apart(e - moved)),
+                    t.arrival(moved));
   });
   StepBoundTerms r;
   r.step = s;
@@ -659,6 +711,7 @@ StepBoundTerms step_bound(StepIndex s, double e, const StepTerms& t,
   r.moved_bytes = m;
   r.departure_us = t.departure(m);
   r.recompute_us = t.rc(e - m);
+  r.recompute_apart_us = t.rc_apart(e - m);
   r.arrival_us = t.arrival(m);
   r.bound_us = least;
   return r;
@@ -670,7 +723,8 @@ double tail_bound(StepIndex s, double e, const StepTerms& t, const Prefix& sum) 
   double stalls = sum.stall_from(s + 1), windows = sum.extra_from(s + 1);
   double c_after = sum.compute_from(s + 1);
   return convex_min(t.lo, t.hi, [&](double moved) {
-    return std::max(c_after + std::max(stalls + t.rc(e - moved), windows), t.arrival(moved));
+    return std::max(c_after + std::max(stalls + t.rc(e - moved), windows + t.rc_apart(e - moved)),
+                    t.arrival(moved));
   });
 }
 
@@ -885,6 +939,10 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
   sum.windows_to = window_extra_us(windows, sum, kWindowWork);
   if (!sum.windows_to.empty())
     sum.windows_from = window_extra_after_us(windows, sum, kWindowWork);
+  constexpr double kOverlapWork = 2e6;
+  std::sort(windows.begin(), windows.end(),
+            [](const Window& a, const Window& b) { return a.lo > b.lo; });
+  regeneration.mark_overlaps(windows, kOverlapWork);
   b.window_stall_us = std::max(b.forced_stall_us, sum.extra_to(StepIndex(n)));
 
   std::vector<StepIndex> steps = candidate_steps(
@@ -901,7 +959,8 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
   // Where the whole-tensor term is worked out at every over-budget step, so is bound(s): any
   // choice of steps keeps it a bound, and the candidates can miss the step that sets it
   // (ResNet-50 b256 at 4.245 GB with PyTorch's memory: 137.2 ms at the candidates alone, 155.4
-  // at every step, set at step 66, 2026-12-01). The pairs below keep to the candidates.
+  // at every step, set at step 66, 2026-12-01, before Rc_apart). The pairs below keep to the
+  // candidates.
   std::vector<bool> single = candidate;
   if (every)
     for (StepIndex s : over) single[size_t(s)] = true;

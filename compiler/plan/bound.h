@@ -172,11 +172,39 @@
 // C_>=j + W_>j. Each is at least the forced stalls there, and stands in for them in Dep (the
 // compute before s and before each release j) and in Arr (the compute after each deadline j).
 // After s, the stalls F_>s and the recomputes Rc(E - M) are disjoint, but the windows' extra
-// may be those same recomputes, so the part after s is C_>s + max(F_>s + Rc(E - M), W_>s):
-//   bound(s) = min over M of Dep(M) + c_s + max(C_>s + max(F_>s + Rc(E - M), W_>s), Arr(M)),
+// may be those same recomputes, so the part after s is at least C_>s + max(F_>s + Rc(E - M),
+// W_>s), and more (below):
+//   bound(s) = min over M of Dep(M) + c_s
+//              + max(C_>s + max(F_>s + Rc(E - M), W_>s + Rc_apart(E - M)), Arr(M)),
 // and Tail(s) likewise. Each inequality is about one span of the compute stream, so the
 // transfers that the windows and M count may be the same ones. Still convex in M. (Pairs count
 // the stretch between s1 and s2 with F alone: a range of the program is not kept.)
+//
+// Recomputes beside the windows. A recompute shortens a stretch's stall only while a transfer
+// of the stretch's windows is in flight. Take a stretch i of W_>s: its windows' transfers T_i
+// on one queue within its span, the compute C_i of its interior steps, its stalls and
+// recomputes. While the queue carries T_i the compute stream computes, stalls, or recomputes
+// beside a transfer, so T_i <= C_i + stalls_i + (recomputes beside them), and stalls_i +
+// recomputes_i >= T_i - C_i + (its recomputes not beside them); with its forced stalls, which
+// are stalls proper, stalls_i + recomputes_i >= F_i + recomputes_i too. Over the stretches and
+// the boundaries outside them, the extra after s is at least W_>s + the recomputes after s that
+// are not beside a transfer of a window (lo, hi] with lo >= s. One beside such a transfer runs
+// before a step t in [lo + 1, hi - 1]: a transfer awaited at t is complete before t's
+// recomputes run (a step waits, then recomputes: docs/execution-model.md), and none of the
+// window is in flight once hi starts. There y, the window's tensor, is resident (a prefetch
+// counts from its after_step + 1, an evict until its ready_before_step - 1), so the chain's
+// test above passes at t with y's bytes added (y counted once, also when the chain reads it).
+// (Only at t: a plan may evict x again after t, or y after its prefetch.) A tensor for which
+// some window passes the test (worked out once per piece of a gap, with its chain there) may
+// be made beside a transfer; Rc_apart is the knapsack Rc with those free, and the others'
+// recompute adds to W_>s. Chain steps are shared as in Rc: a re-run of a step is beside a
+// transfer or not as a whole, and each tensor that Rc_apart costs has its whole chain before
+// one step t, not beside one. ResNet-50 b256 at 4.245 GB with PyTorch's memory: the windows
+// after step 66 are the prefetches of two 822 MB layer1 block outputs in its backward (steps
+// 330-346). Of the tensors regenerable at step 66, layer2's 17 and one of layer1's are due
+// before them, and one of the stem's (822 MB) fits beside neither; the other 18, of layer1 and
+// the stem (of 100 MB and more), may be made beside them. So Rc_apart is 3.4 ms of Rc's 10.3 (2026-12-01: 155.4 ->
+// 158.8 ms).
 //
 // Stalls, step compute and recompute are disjoint stretches of the compute stream, so the step
 // takes at least C + sum_b F(b) (and C + the windows term); in bound(s) the stalls up to j (or
@@ -219,6 +247,7 @@ struct StepBoundTerms {
   double moved_bytes = 0;        // M
   double departure_us = 0;       // Dep(M): the earliest step s can start
   double recompute_us = 0;       // Rc(E - M)
+  double recompute_apart_us = 0; // Rc_apart(E - M): the part that adds to the windows term
   double arrival_us = 0;         // Arr(M): from the end of s
   double bound_us = 0;           // bound(s)
   double whole_tensor_us = 0;    // the whole-tensor term at s (bound.h, Whole tensors)

@@ -591,6 +591,100 @@ TEST_CASE("the lower bound: bound(s) at every over-budget step of a small graph"
   CHECK(lower_bound(g, life, tl.total, c, 115, slow_link()).bound_us == doctest::Approx(x.bound_us));
 }
 
+TEST_CASE("the lower bound: a recompute that cannot run beside a window's transfer adds to it") {
+  // y (50 B) made by a dropout (no recompute can make it again), x (100 B) by a Conv with no
+  // inputs (one can); both read again by the last step. Fillers u, v, w, r, z (1 B); b (100),
+  // q (160), m (120) and k (`k_bytes`) read by nothing later, or by the next step.
+  //   0: y = Dropout()  1: x = Conv()  2: b = B()     3: u = U()     4: v = V(u)  5: w = W(v)
+  //   6: q = Q(w)       7: r = R(q)    8: m = M(r)    9: k = K(r)   10: z = Z(x, y)
+  // Live (k = 120 B): 50, 150, 250, 151, 152, 152, 311, 311, 271, 271, 151. Budget 200.
+  // Unavoidable: 161 at steps 6 and 7 (w or r, and q), 121 at 8 (r, m) and 9 (r, k). So y
+  // cannot be resident at 6 or 7 (211 B) and no recompute makes it: a forced window for its
+  // prefetch, (7, 10], 50 us on the slow link (1 B/us) past 20 us of compute (steps 8 and 9),
+  // 30 us of extra time; its eviction's window (0, 6] holds 50 us of compute, none. C = 110
+  // (11 steps of 10 us), so C + the windows term = 140.
+  // bound(6): E = 111 B, off-able y and x, x regenerable (Conv again, 10 us for 100 B). K =
+  // 111 - 100 = 11 B of y, so y (50 B) moves: M in [50, 111]. Dep(M) = max(C_<6 = 60, C_<=0
+  // + M) = 60 at M = 50; Arr(50) = 50 + C_>=10 = 60; Rc(111 - 50) = 6.1; C_>6 = 40; W_>6 = 30.
+  //   Before: Dep + c_6 + max(C_>6 + max(Rc, W_>6), Arr) = 60 + 10 + max(40 + 30, 60) = 140.
+  //   Now x's recompute cannot run while y's prefetch is in flight: that is before step 8 or
+  //   9 (y's window), with x resident from there until step 10, and x does not fit beside
+  //   unavoidable(8) or (9) (221 B). So it adds to the windows term: 60 + 10 + 40 + 30 + 6.1 =
+  //   146.1 us (bound.h, Recomputes beside the windows). bound(7) and the pairs give the same.
+  // With k of 1 B, x fits at step 9 (r, k and x: 102 B, and y beside them, 152): its
+  // recompute before step 9 may run while y's prefetch (issued when step 7 ends) is in flight,
+  // and the bound stays 140. A plan takes that: y evicted after step 0 and back from the end of
+  // step 7 (80 us to 130, beside x's recompute and step 9), x discarded and made again before
+  // step 9: 140 us. With k of 120 B, x must wait for step 10, after y's arrival: 150.
+  auto build = [](int64_t k_bytes) {
+    TrainingGraph g;
+    for (auto [name, bytes] :
+         {std::pair<const char*, int64_t>{"y", 50}, {"x", 100}, {"b", 100}, {"u", 1}, {"v", 1},
+          {"w", 1}, {"q", 160}, {"r", 1}, {"m", 120}, {"k", k_bytes}, {"z", 1}})
+      g.add_tensor(name, TensorKind::activation, DType::u8, {bytes});
+    add_step(g, "Dropout", {}, {0});
+    add_step(g, "Conv", {}, {1});
+    add_step(g, "B", {}, {2});
+    add_step(g, "U", {}, {3});
+    add_step(g, "V", {3}, {4});
+    add_step(g, "W", {4}, {5});
+    add_step(g, "Q", {5}, {6});
+    add_step(g, "R", {6}, {7});
+    add_step(g, "M", {7}, {8});
+    add_step(g, "K", {7}, {9});
+    add_step(g, "Z", {1, 0}, {10});
+    return g;
+  };
+  std::vector<double> c(11, 10);
+  for (int64_t k_bytes : {120, 1}) {
+    CAPTURE(k_bytes);
+    TrainingGraph g = build(k_bytes);
+    auto life = compute_lifetimes(g);
+    auto tl = compute_timeline(g, life);
+    if (k_bytes == 120)
+      REQUIRE(tl.total == std::vector<int64_t>{50, 150, 250, 151, 152, 152, 311, 311, 271, 271, 151});
+    auto x = lower_bound(g, life, tl.total, c, 200, slow_link(), MovableKinds{}, true, {}, true);
+    CHECK(x.forced_stall_us == 0);
+    CHECK(x.window_stall_us == doctest::Approx(30));
+    auto at6 = std::find_if(x.steps.begin(), x.steps.end(),
+                            [](const StepBoundTerms& t) { return t.step == 6; });
+    REQUIRE(at6 != x.steps.end());
+    CHECK(at6->moved_bytes == doctest::Approx(50).epsilon(1e-2));
+    CHECK(at6->departure_us == doctest::Approx(60));
+    CHECK(at6->recompute_us == doctest::Approx(6.1).epsilon(1e-2));  // 61 B of x
+    CHECK(at6->recompute_apart_us == doctest::Approx(k_bytes == 120 ? 6.1 : 0).epsilon(1e-2));
+    if (k_bytes == 120) {
+      CHECK(at6->bound_us == doctest::Approx(146.1).epsilon(1e-3));
+      CHECK(x.bound_us == doctest::Approx(146.1).epsilon(1e-3));
+    } else {
+      CHECK(at6->bound_us == doctest::Approx(140).epsilon(1e-3));
+      CHECK(x.bound_us == doctest::Approx(140).epsilon(1e-3));
+    }
+    for (bool recompute : {true, false}) {
+      SwapOptions o;
+      o.budget_bytes = 200;
+      o.allow_recompute = recompute;
+      auto actions = plan_swaps(g, life, c, slow_link(), o);
+      CHECK(simulate(g, actions, c, slow_link(), DeviceProfile{}).step_time_us >= x.bound_us - 1e-6);
+    }
+  }
+  // The plan above for k of 1 B, built by hand: 140 us, the bound.
+  TrainingGraph g = build(1);
+  auto life = compute_lifetimes(g);
+  auto act = [](ActionKind kind, TensorId t, int64_t bytes, StepIndex after, StepIndex ready,
+                StepIndex source = -1) {
+    bool moves = kind == ActionKind::evict || kind == ActionKind::prefetch;
+    return Action{kind, t, bytes, after, ready, source, moves ? "staged" : "", "", 0, 0};
+  };
+  std::vector<Action> by_hand = {act(ActionKind::evict, 0, 50, 0, 6),
+                                 act(ActionKind::discard, 1, 100, 1, 2),
+                                 act(ActionKind::prefetch, 0, 50, 7, 10),
+                                 act(ActionKind::recompute, 1, 100, 8, 9, 1)};
+  auto resident = resident_bytes(g, life, by_hand);
+  CHECK(*std::max_element(resident.begin(), resident.end()) <= 200);
+  CHECK(simulate(g, by_hand, c, slow_link(), DeviceProfile{}).step_time_us == doctest::Approx(140));
+}
+
 TEST_CASE("gaps, including a persistent tensor's wrap-around gap") {
   TrainingGraph g = five_steps("Conv");
   g.add_tensor("w", TensorKind::parameter, DType::u8, {10});
