@@ -141,8 +141,10 @@
 // (2026-11-30: 304.3 -> 310.0 ms; 311.1 with the windows in bound(s) below). Worked out, where
 // the whole-tensor term is (graph small enough), for the 4 candidate steps s2 whose Tail(s2),
 // worked out with the forced stalls alone, most exceeds C_>s2 + F_>s2, and the 4 whose Tail(s2)
-// most exceeds C_>s2 + W_>s2, each with every candidate step s1 before it. (The second four
-// alone missed VGG-19's pair above: 308.7 ms.)
+// most exceeds C_>s2 + W_>s2, each with every candidate step s1 before it and, where bound(s)
+// is worked out at every over-budget step, the 16 other steps of highest bound(s). (The second
+// four alone missed VGG-19's pair above: 308.7 ms. ResNet-50 b256 at 4.245 GB with PyTorch's
+// memory: the pair (66, 170), 160.1 ms against bound(66)'s 158.8, 2026-12-01.)
 //
 // Windows. The forced arrivals and departures above look one step ahead; a tensor can be forced
 // off over a longer stretch. Take a gap (a, b) of x (uses a < b; for a persistent tensor also
