@@ -693,17 +693,21 @@ double convex_min(double lo, double hi, F f) {
   return convex_argmin(lo, hi, f).first;
 }
 
-// bound(s) (bound.h): the least over M of
-//   Dep(M) + c_s + max(C_>s + max(F_>s + Rc(E - M), W_>s), Arr(M)),
-// with the M that attains it and the terms there. Each part is convex in M.
+// bound(s)'s part after s (bound.h) with M moved at s: the larger of
+// C_>s + max(F_>s + Rc(E - M), W_>s + Rc_apart(E - M)) and Arr(M).
+double after_step(StepIndex s, double e, const StepTerms& t, const Prefix& sum, double moved) {
+  double stalls = sum.stall_from(s + 1), windows = sum.extra_from(s + 1);
+  return std::max(sum.compute_from(s + 1) +
+                      std::max(stalls + t.rc(e - moved), windows + t.rc_apart(e - moved)),
+                  t.arrival(moved));
+}
+
+// bound(s) (bound.h): the least over M of Dep(M) + c_s + after_step(M), with the M that
+// attains it and the terms there. Each part is convex in M.
 StepBoundTerms step_bound(StepIndex s, double e, const StepTerms& t,
                           const std::vector<double>& compute_us, const Prefix& sum) {
-  double stalls = sum.stall_from(s + 1), windows = sum.extra_from(s + 1);
-  double c_after = sum.compute_from(s + 1);
   auto [least, m] = convex_argmin(t.lo, t.hi, [&](double moved) {
-    return t.departure(moved) + compute_us[size_t(s)] +
-           std::max(c_after + std::max(stalls + t.rc(e - moved), windows + t.rc_apart(e - moved)),
-                    t.arrival(moved));
+    return t.departure(moved) + compute_us[size_t(s)] + after_step(s, e, t, sum, moved);
   });
   StepBoundTerms r;
   r.step = s;
@@ -718,28 +722,33 @@ StepBoundTerms step_bound(StepIndex s, double e, const StepTerms& t,
 }
 
 // The time from the end of step s to the end of the training step, at least (bound(s)'s part
-// after s): the least over M of max(C_>s + max(F_>s + Rc(E - M), W_>s), Arr(M)).
+// after s): the least over M of after_step(M).
 double tail_bound(StepIndex s, double e, const StepTerms& t, const Prefix& sum) {
-  double stalls = sum.stall_from(s + 1), windows = sum.extra_from(s + 1);
-  double c_after = sum.compute_from(s + 1);
-  return convex_min(t.lo, t.hi, [&](double moved) {
-    return std::max(c_after + std::max(stalls + t.rc(e - moved), windows + t.rc_apart(e - moved)),
-                    t.arrival(moved));
-  });
+  return convex_min(t.lo, t.hi, [&](double moved) { return after_step(s, e, t, sum, moved); });
 }
 
-// Pairs (bound.h): steps s1 < s2, `terms` those of s1 with arrivals and recomputes up to s2,
-// `tail` tail_bound(s2). The least over M (moved at s1) of Dep(M) + c_s1 + max(C and F over
-// (s1, s2) + Rc(E - M), Arr to s2 (M)) + c_s2 + tail.
-double pair_bound(StepIndex s1, double e1, const StepTerms& terms, StepIndex s2, double tail,
+// Pairs (bound.h): the earliest step s2 > s1 can start, `terms` those of s1 with arrivals and
+// recomputes up to s2, `s1_start` a lower bound on s1's start found before (0: none): the
+// least over M (moved at s1) of max(s1_start, Dep(M)) + c_s1 + max(C and F over (s1, s2) +
+// Rc(E - M), Arr to s2 (M)).
+double pair_start(StepIndex s1, double e1, const StepTerms& terms, double s1_start, StepIndex s2,
                   const std::vector<double>& compute_us, const Prefix& sum) {
   double between = sum.compute_to(s2) - sum.compute_to(s1 + 1) + sum.stall_to(s2 + 1) -
                    sum.stall_to(s1 + 1);
   return convex_min(terms.lo, terms.hi, [&](double moved) {
-           return terms.departure(moved) + compute_us[size_t(s1)] +
-                  std::max(between + terms.rc(e1 - moved), terms.arrival(moved));
-         }) +
-         compute_us[size_t(s2)] + tail;
+    return std::max(s1_start, terms.departure(moved)) + compute_us[size_t(s1)] +
+           std::max(between + terms.rc(e1 - moved), terms.arrival(moved));
+  });
+}
+
+// bound(s) with s's start at least `start` as well (a pair's s2): the least over M of
+// max(start, Dep(M)) + c_s + after_step(M).
+double step_bound_from(StepIndex s, double e, const StepTerms& t, double start,
+                       const std::vector<double>& compute_us, const Prefix& sum) {
+  return convex_min(t.lo, t.hi, [&](double moved) {
+    return std::max(start, t.departure(moved)) + compute_us[size_t(s)] +
+           after_step(s, e, t, sum, moved);
+  });
 }
 
 // Whole tensors (bound.h): the least, over the tensors x some cover of the excess at s must
@@ -959,8 +968,8 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
   // Where the whole-tensor term is worked out at every over-budget step, so is bound(s): any
   // choice of steps keeps it a bound, and the candidates can miss the step that sets it
   // (ResNet-50 b256 at 4.245 GB with PyTorch's memory: 137.2 ms at the candidates alone, 155.4
-  // at every step, set at step 66, 2026-12-01, before Rc_apart). The pairs below keep to the
-  // candidates.
+  // at every step, set at step 66, 2026-12-01, before Rc_apart). The pairs and chains below
+  // start at the candidates and the highest of the others.
   std::vector<bool> single = candidate;
   if (every)
     for (StepIndex s : over) single[size_t(s)] = true;
@@ -974,6 +983,7 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
     }
   };
   std::vector<std::pair<double, StepIndex>> highest;  // -bound(s) at the other steps
+  std::vector<double> bound_at(n, -1);                 // bound(s) where worked out
   std::vector<double> tail(n, 0);    // tail_bound at the candidate steps
   std::vector<double> tail_f(n, 0);  // the same with the forced stalls alone (no windows)
   Prefix stalls_only = sum;
@@ -989,6 +999,7 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
       StepBoundTerms at_s = step_bound(s, e, terms, compute_us, sum);
       at_s.whole_tensor_us = t;
       if (!candidate[size_t(s)]) highest.emplace_back(-at_s.bound_us, s);
+      bound_at[size_t(s)] = at_s.bound_us;
       if (at_s.bound_us > t) {
         t = at_s.bound_us;
         term = BoundTerm::step;
@@ -1011,13 +1022,14 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
     }
     keep(t, s, e, term);
   }
-  // Pairs (bound.h), where that stays cheap: the kPairEnds candidate steps s2 whose tail most
-  // exceeds the compute and forced stalls after them (the tail without the windows term), and
-  // the kPairEnds whose tail most exceeds the compute and the windows term after them, each
-  // with every candidate step s1 before it, and the kPairStarts other steps of highest bound(s)
-  // (ResNet-50 b256 at 4.245 GB with PyTorch's memory: the pair (66, 170), 158.8 -> 160.1 ms,
-  // 2026-12-01).
-  constexpr size_t kPairEnds = 4, kPairStarts = 16;
+  // Pairs and chains (bound.h), where that stays cheap: the kPairEnds candidate steps s2 whose
+  // tail most exceeds the compute and forced stalls after them (the tail without the windows
+  // term), and the kPairEnds whose tail most exceeds the compute and the windows term after
+  // them, each with every candidate step s1 before it; the steps where the kChainWindows
+  // forced windows of most extra time begin and end, and between each two of those the one of
+  // highest bound(s). Those and the kPairStarts other steps of highest bound(s) start chains to
+  // every end.
+  constexpr size_t kPairEnds = 4, kPairStarts = 16, kChainWindows = 32;
   std::vector<std::pair<double, StepIndex>> ends;
   auto add_ends = [&](auto extra_of) {
     std::vector<std::pair<double, StepIndex>> by;
@@ -1039,22 +1051,84 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
     StepIndex last = std::max_element(ends.begin(), ends.end(), [](const auto& x, const auto& y) {
                        return x.second < y.second;
                      })->second;
+    // Chains also pass where the forced windows (of the kChainWindows with the most extra time)
+    // begin and end, and between each two such steps at the one of highest bound(s).
+    std::vector<std::pair<double, const Window*>> by_extra;
+    for (const Window& w : windows)
+      by_extra.emplace_back(-(w.us - (sum.compute_to(w.hi) - sum.compute_to(w.lo + 1))), &w);
+    std::sort(by_extra.begin(), by_extra.end());
+    if (by_extra.size() > kChainWindows) by_extra.resize(kChainWindows);
+    std::vector<StepIndex> pair_ends;  // those above: every start; the rest: chains' own
+    for (auto [extra, s] : ends) pair_ends.push_back(s);
+    std::vector<StepIndex> marks = {0, StepIndex(n)};
+    for (auto [minus_extra, w] : by_extra) {
+      marks.push_back(w->lo);
+      marks.push_back(w->hi);
+    }
+    std::sort(marks.begin(), marks.end());
+    marks.erase(std::unique(marks.begin(), marks.end()), marks.end());
+    auto add_end = [&](StepIndex s) {
+      if (s >= 0 && s < StepIndex(n) && live[size_t(s)] > budget &&
+          std::none_of(ends.begin(), ends.end(), [&](const auto& x) { return x.second == s; }))
+        ends.emplace_back(0, s);
+    };
+    for (size_t i = 0; i + 1 < marks.size(); ++i) {
+      add_end(marks[i]);
+      auto from = bound_at.begin() + marks[i], to = bound_at.begin() + marks[i + 1];
+      auto top = std::max_element(from, to);
+      if (top != to && *top > 0) add_end(StepIndex(top - bound_at.begin()));
+    }
+    last = std::max_element(ends.begin(), ends.end(), [](const auto& x, const auto& y) {
+             return x.second < y.second;
+           })->second;
+    std::sort(ends.begin(), ends.end(),
+              [](const auto& x, const auto& y) { return x.second < y.second; });
+    std::vector<double> end_excess, earliest(ends.size(), 0);  // earliest start found
+    std::vector<StepIndex> via(ends.size(), -1);                 // the s1 that found it
+    std::vector<StepTerms> end_terms;
+    for (auto [extra, s2] : ends) {
+      end_excess.push_back(double(live[size_t(s2)] - budget));
+      end_terms.push_back(step_terms(s2, end_excess.back(),
+                                     off_able_at(g, life, s2, compute_us, regeneration, movable),
+                                     sum, mech, StepIndex(n)));
+    }
     std::sort(highest.begin(), highest.end());
     if (highest.size() > kPairStarts) highest.resize(kPairStarts);
-    std::vector<StepIndex> starts = steps;
-    for (auto [minus_bound, s] : highest) starts.push_back(s);
+    std::vector<StepIndex> starts = steps, chain_starts;  // chain_starts: the ends and highest
+    for (auto [minus_bound, s] : highest) chain_starts.push_back(s);
+    for (auto [extra, s] : ends) chain_starts.push_back(s);
+    std::sort(chain_starts.begin(), chain_starts.end());
+    starts.insert(starts.end(), chain_starts.begin(), chain_starts.end());
     std::sort(starts.begin(), starts.end());
+    starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+    // In step order, so that an end's earliest start is complete before it starts a pair.
     for (StepIndex s1 : starts) {
       if (s1 >= last) break;
       double e1 = double(live[size_t(s1)] - budget);
       auto items = off_able_at(g, life, s1, compute_us, regeneration, movable);
-      for (auto [extra, s2] : ends) {
+      auto as_end = std::find_if(ends.begin(), ends.end(), [&](const auto& x) { return x.second == s1; });
+      double s1_start = as_end == ends.end() ? 0 : earliest[size_t(as_end - ends.begin())];
+      bool chain_start = std::binary_search(chain_starts.begin(), chain_starts.end(), s1);
+      for (size_t k = 0; k < ends.size(); ++k) {
+        StepIndex s2 = ends[k].second;
         if (s2 <= s1) continue;
+        // A candidate step starts pairs to the ends chosen for pairs alone (cost).
+        if (!chain_start &&
+            std::find(pair_ends.begin(), pair_ends.end(), s2) == pair_ends.end())
+          continue;
         StepTerms terms = step_terms(s1, e1, items, sum, mech, s2);
-        keep(pair_bound(s1, e1, terms, s2, tail[size_t(s2)], compute_us, sum), s1, e1,
-             BoundTerm::pair, s2);
+        double start = pair_start(s1, e1, terms, s1_start, s2, compute_us, sum);
+        if (start > earliest[k]) {
+          earliest[k] = start;
+          via[k] = s1;
+        }
       }
     }
+    for (size_t k = 0; k < ends.size(); ++k)
+      if (via[k] >= 0)
+        keep(step_bound_from(ends[k].second, end_excess[k], end_terms[k], earliest[k], compute_us,
+                             sum),
+             via[k], double(live[size_t(via[k])] - budget), BoundTerm::pair, ends[k].second);
   }
   // Last: a tie keeps the step that set it.
   keep(b.compute_us + b.window_stall_us, -1, 0, BoundTerm::windows);

@@ -122,29 +122,38 @@
 // the least of it over such x. Worked out at every over-budget step while (steps over the
 // budget) x (tensors) stays under 2e7, at the candidate steps (below) otherwise.
 //
-// Pairs. bound(s) sees one step; a step's time can be held by two. Take steps s1 < s2 and
-// M bytes moved at s1 (the rest of E(s1) regenerated). As in bound(s1), start(s1) >= Dep(M).
-// Between the end of s1 and the start of s2 the compute stream runs steps s1+1..s2-1, the
-// stalls before s1+1..s2, and the recomputes of the regenerated tensors due by s2 (each runs
-// before a step in [s1+1, d(x)]); the moved tensors due by s2 arrive there too, on the one
-// to-device queue after s1 ends. So
+// Pairs and chains. bound(s) sees one step; a step's time can be held by several. Take steps
+// s1 < s2 and M bytes moved at s1 (the rest of E(s1) regenerated). As in bound(s1), start(s1)
+// >= Dep(M). Between the end of s1 and the start of s2 the compute stream runs steps
+// s1+1..s2-1, the stalls before s1+1..s2, and the recomputes of the regenerated tensors due by
+// s2 (each runs before a step in [s1+1, d(x)]); the moved tensors due by s2 arrive there too,
+// on the one to-device queue after s1 ends. So
 //   start(s2) - end(s1) >= max(C and F over (s1, s2) + Rc_<=s2(E - M), Arr_<=s2(M)),
 // Rc_<=s2 the knapsack above with the tensors due after s2 free, Arr_<=s2 the arrival term
-// with the deadlines after s2 left out and each counted to the start of s2. After s2, as in
-// bound(s2) (its M' the bytes moved at s2, other transfers, later in time), the step takes at
-// least c_s2 + Tail(s2), Tail(s2) = the least over M' of max(C_>s2 + F_>s2 + Rc(E(s2) - M'),
-// Arr(M')). Together, the least over M of
-//   Dep(M) + c_s1 + max(C and F over (s1, s2) + Rc_<=s2(E - M), Arr_<=s2(M)) + c_s2 + Tail(s2),
-// convex in M as above. It counts a step's departures before s1 and the arrivals it forces after
-// s2 at once: VGG-19 at batch 256 and its least budget must move most of its forward
-// activations out before backward starts and bring its first block's back after step 88
-// (2026-11-30: 304.3 -> 310.0 ms; 311.1 with the windows in bound(s) below). Worked out, where
-// the whole-tensor term is (graph small enough), for the 4 candidate steps s2 whose Tail(s2),
-// worked out with the forced stalls alone, most exceeds C_>s2 + F_>s2, and the 4 whose Tail(s2)
-// most exceeds C_>s2 + W_>s2, each with every candidate step s1 before it and, where bound(s)
-// is worked out at every over-budget step, the 16 other steps of highest bound(s). (The second
-// four alone missed VGG-19's pair above: 308.7 ms. ResNet-50 b256 at 4.245 GB with PyTorch's
-// memory: the pair (66, 170), 160.1 ms against bound(66)'s 158.8, 2026-12-01.)
+// with the deadlines after s2 left out and each counted to the start of s2. Any lower bound S1
+// on start(s1) holds beside Dep(M), so
+//   start(s2) >= S(s1 -> s2) = the least over M of
+//       max(S1, Dep(M)) + c_s1 + max(C and F over (s1, s2) + Rc_<=s2(E - M), Arr_<=s2(M)),
+// convex in M as above. At s2 itself, with its own M' moved (other transfers, later in time),
+// start(s2) >= Dep(M') too, and bound(s2)'s part after s2 holds, so the step takes at least
+//   the least over M' of max(S(s1 -> s2), Dep(M')) + c_s2 + (bound(s2)'s part after s2)(M').
+// (Before, c_s2 + Tail(s2) followed S(s1 -> s2): Tail(s2) could pick M' with no cost to move
+// them out before s2.) A chain s1 < s2 < s3 < ... carries S from one to the next: S(s2) is the
+// largest S(s1 -> s2) over the steps s1 before it, each with its own S(s1). It counts a step's
+// departures before s1 and the arrivals it forces after s2 at once: VGG-19 at batch 256 and its
+// least budget must move most of its forward activations out before backward starts and bring
+// its first block's back after step 88 (2026-11-30: 304.3 -> 310.0 ms; 311.1 with the windows
+// in bound(s) below). Worked out where the whole-tensor term is at every over-budget step
+// (graph small enough). The ends s2: the 4 candidate steps whose Tail(s2), worked out with the
+// forced stalls alone, most exceeds C_>s2 + F_>s2, and the 4 whose Tail(s2) most exceeds C_>s2
+// + W_>s2 (the second four alone missed VGG-19's pair above: 308.7 ms), each with every
+// candidate step s1 before it; and the steps where the 32 forced windows with the most extra
+// time (Windows, below) begin and end, and between each two of those the step of highest
+// bound(s). Those and the 16 other steps of highest bound(s) start chains to every end. ResNet-
+// 50 b256 at 4.245 GB with PyTorch's memory (2026-12-01): the pair (66, 170) gave 160.1 ms
+// against bound(66)'s 158.8; with Dep(M') at 170, 163.4; the chain 66, 170, 329, 340, 351 (the
+// departures before layer2.2, the recomputes of layers 2-4 in the backward, the prefetches of
+// two 822 MB layer1 outputs each between two of its steps, the rest after), 164.8.
 //
 // Windows. The forced arrivals and departures above look one step ahead; a tensor can be forced
 // off over a longer stretch. Take a gap (a, b) of x (uses a < b; for a persistent tensor also
