@@ -23,7 +23,8 @@
 //   gap split  a backward step added to a saved activation's uses while planning, so that the
 //              planner may regenerate it there and move it from there (plan/gap_split.h).
 //   bound      a step time no plan beats under a budget (plan/bound.h); a pair bound counts
-//              the departures before one step and the tail after a later one together.
+//              the departures before one step and the tail after a later one together, and a
+//              sequence of such steps carries the earliest start of one to the next.
 //   chain      the forward steps a recompute runs again to make a tensor: its producer and the
 //              producers of its inputs that died (temporaries, there in the moment before the
 //              step the chain is due at); only steps whose op the options allow

@@ -968,7 +968,7 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
   // Where the whole-tensor term is worked out at every over-budget step, so is bound(s): any
   // choice of steps keeps it a bound, and the candidates can miss the step that sets it
   // (ResNet-50 b256 at 4.245 GB with PyTorch's memory: 137.2 ms at the candidates alone, 155.4
-  // at every step, set at step 66, 2026-12-01, before Rc_apart). The pairs and chains below
+  // at every step, set at step 66, 2026-12-01, before Rc_apart). The pairs and sequences below
   // start at the candidates and the highest of the others.
   std::vector<bool> single = candidate;
   if (every)
@@ -1022,14 +1022,14 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
     }
     keep(t, s, e, term);
   }
-  // Pairs and chains (bound.h), where that stays cheap: the kPairEnds candidate steps s2 whose
+  // Pairs and sequences (bound.h), where that stays cheap: the kPairEnds candidate steps s2 whose
   // tail most exceeds the compute and forced stalls after them (the tail without the windows
   // term), and the kPairEnds whose tail most exceeds the compute and the windows term after
-  // them, each with every candidate step s1 before it; the steps where the kChainWindows
+  // them, each with every candidate step s1 before it; the steps where the kSequenceWindows
   // forced windows of most extra time begin and end, and between each two of those the one of
-  // highest bound(s). Those and the kPairStarts other steps of highest bound(s) start chains to
-  // every end.
-  constexpr size_t kPairEnds = 4, kPairStarts = 16, kChainWindows = 32;
+  // highest bound(s). Those and the kPairStarts other steps of highest bound(s) start sequences
+  // to every end.
+  constexpr size_t kPairEnds = 4, kPairStarts = 16, kSequenceWindows = 32;
   std::vector<std::pair<double, StepIndex>> ends;
   auto add_ends = [&](auto extra_of) {
     std::vector<std::pair<double, StepIndex>> by;
@@ -1051,14 +1051,14 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
     StepIndex last = std::max_element(ends.begin(), ends.end(), [](const auto& x, const auto& y) {
                        return x.second < y.second;
                      })->second;
-    // Chains also pass where the forced windows (of the kChainWindows with the most extra time)
+    // Sequences also pass where the forced windows (the kSequenceWindows of most extra time)
     // begin and end, and between each two such steps at the one of highest bound(s).
     std::vector<std::pair<double, const Window*>> by_extra;
     for (const Window& w : windows)
       by_extra.emplace_back(-(w.us - (sum.compute_to(w.hi) - sum.compute_to(w.lo + 1))), &w);
     std::sort(by_extra.begin(), by_extra.end());
-    if (by_extra.size() > kChainWindows) by_extra.resize(kChainWindows);
-    std::vector<StepIndex> pair_ends;  // those above: every start; the rest: chains' own
+    if (by_extra.size() > kSequenceWindows) by_extra.resize(kSequenceWindows);
+    std::vector<StepIndex> pair_ends;  // those above: from every start; the rest: sequences'
     for (auto [extra, s] : ends) pair_ends.push_back(s);
     std::vector<StepIndex> marks = {0, StepIndex(n)};
     for (auto [minus_extra, w] : by_extra) {
@@ -1094,11 +1094,11 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
     }
     std::sort(highest.begin(), highest.end());
     if (highest.size() > kPairStarts) highest.resize(kPairStarts);
-    std::vector<StepIndex> starts = steps, chain_starts;  // chain_starts: the ends and highest
-    for (auto [minus_bound, s] : highest) chain_starts.push_back(s);
-    for (auto [extra, s] : ends) chain_starts.push_back(s);
-    std::sort(chain_starts.begin(), chain_starts.end());
-    starts.insert(starts.end(), chain_starts.begin(), chain_starts.end());
+    std::vector<StepIndex> starts = steps, sequence_starts;  // the ends and the highest
+    for (auto [minus_bound, s] : highest) sequence_starts.push_back(s);
+    for (auto [extra, s] : ends) sequence_starts.push_back(s);
+    std::sort(sequence_starts.begin(), sequence_starts.end());
+    starts.insert(starts.end(), sequence_starts.begin(), sequence_starts.end());
     std::sort(starts.begin(), starts.end());
     starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
     // In step order, so that an end's earliest start is complete before it starts a pair.
@@ -1106,14 +1106,15 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
       if (s1 >= last) break;
       double e1 = double(live[size_t(s1)] - budget);
       auto items = off_able_at(g, life, s1, compute_us, regeneration, movable);
-      auto as_end = std::find_if(ends.begin(), ends.end(), [&](const auto& x) { return x.second == s1; });
+      auto as_end =
+          std::find_if(ends.begin(), ends.end(), [&](const auto& x) { return x.second == s1; });
       double s1_start = as_end == ends.end() ? 0 : earliest[size_t(as_end - ends.begin())];
-      bool chain_start = std::binary_search(chain_starts.begin(), chain_starts.end(), s1);
+      bool sequence_start = std::binary_search(sequence_starts.begin(), sequence_starts.end(), s1);
       for (size_t k = 0; k < ends.size(); ++k) {
         StepIndex s2 = ends[k].second;
         if (s2 <= s1) continue;
         // A candidate step starts pairs to the ends chosen for pairs alone (cost).
-        if (!chain_start &&
+        if (!sequence_start &&
             std::find(pair_ends.begin(), pair_ends.end(), s2) == pair_ends.end())
           continue;
         StepTerms terms = step_terms(s1, e1, items, sum, mech, s2);

@@ -122,7 +122,7 @@
 // the least of it over such x. Worked out at every over-budget step while (steps over the
 // budget) x (tensors) stays under 2e7, at the candidate steps (below) otherwise.
 //
-// Pairs and chains. bound(s) sees one step; a step's time can be held by several. Take steps
+// Pairs and sequences. bound(s) sees one step; a step's time can be held by several. Take steps
 // s1 < s2 and M bytes moved at s1 (the rest of E(s1) regenerated). As in bound(s1), start(s1)
 // >= Dep(M). Between the end of s1 and the start of s2 the compute stream runs steps
 // s1+1..s2-1, the stalls before s1+1..s2, and the recomputes of the regenerated tensors due by
@@ -138,7 +138,7 @@
 // start(s2) >= Dep(M') too, and bound(s2)'s part after s2 holds, so the step takes at least
 //   the least over M' of max(S(s1 -> s2), Dep(M')) + c_s2 + (bound(s2)'s part after s2)(M').
 // (Before, c_s2 + Tail(s2) followed S(s1 -> s2): Tail(s2) could pick M' with no cost to move
-// them out before s2.) A chain s1 < s2 < s3 < ... carries S from one to the next: S(s2) is the
+// them out before s2.) A sequence s1 < s2 < s3 < ... carries S from one to the next: S(s2) is the
 // largest S(s1 -> s2) over the steps s1 before it, each with its own S(s1). It counts a step's
 // departures before s1 and the arrivals it forces after s2 at once: VGG-19 at batch 256 and its
 // least budget must move most of its forward activations out before backward starts and bring
@@ -149,9 +149,9 @@
 // + W_>s2 (the second four alone missed VGG-19's pair above: 308.7 ms), each with every
 // candidate step s1 before it; and the steps where the 32 forced windows with the most extra
 // time (Windows, below) begin and end, and between each two of those the step of highest
-// bound(s). Those and the 16 other steps of highest bound(s) start chains to every end. ResNet-
+// bound(s). Those and the 16 other steps of highest bound(s) start sequences to every end. ResNet-
 // 50 b256 at 4.245 GB with PyTorch's memory (2026-12-01): the pair (66, 170) gave 160.1 ms
-// against bound(66)'s 158.8; with Dep(M') at 170, 163.4; the chain 66, 170, 329, 340, 351 (the
+// against bound(66)'s 158.8; with Dep(M') at 170, 163.4; the sequence 66, 170, 329, 340, 351 (the
 // departures before layer2.2, the recomputes of layers 2-4 in the backward, the prefetches of
 // two 822 MB layer1 outputs each between two of its steps, the rest after), 164.8.
 //
@@ -213,9 +213,9 @@
 // one step t, not beside one. ResNet-50 b256 at 4.245 GB with PyTorch's memory: the windows
 // after step 66 are the prefetches of two 822 MB layer1 block outputs in its backward (steps
 // 330-346). Of the tensors regenerable at step 66, layer2's 17 and one of layer1's are due
-// before them, and one of the stem's (822 MB) fits beside neither; the other 18, of layer1 and
-// the stem (of 100 MB and more), may be made beside them. So Rc_apart is 3.4 ms of Rc's 10.3 (2026-12-01: 155.4 ->
-// 158.8 ms).
+// before them, and one of the stem's (822 MB) fits beside neither; the other 18 of 100 MB and
+// more, of layer1 and the stem, may be made beside them. So Rc_apart is 3.4 ms of Rc's 10.3
+// (2026-12-01: 155.4 -> 158.8 ms).
 //
 // Stalls, step compute and recompute are disjoint stretches of the compute stream, so the step
 // takes at least C + sum_b F(b) (and C + the windows term); in bound(s) the stalls up to j (or

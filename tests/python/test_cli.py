@@ -199,8 +199,8 @@ with tempfile.TemporaryDirectory() as tmp:
     # Add) holds 158.8 ms: 1.12 GB of three 822 MB tensors that no chain can make again, so two
     # whole ones, must leave after their own releases (bound.h, "Moved bytes that no recompute
     # can replace"), and 3.4 ms of the recomputes cannot run beside the prefetches forced in
-    # layer1's backward ("Recomputes beside the windows"). The chain 66, 170, 329, 340, 351
-    # ("Pairs and chains") sets the bound, 164.8 ms, reported at its last start, 340; the wide
+    # layer1's backward ("Recomputes beside the windows"). The sequence 66, 170, 329, 340, 351
+    # ("Pairs and sequences") sets the bound, 164.8 ms, reported at its last start, 340; the wide
     # gap-split search of pipeline.cc finds a plan of 206.4 ms (218.3 with the narrow one
     # alone).
     data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "h200")
