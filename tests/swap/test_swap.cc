@@ -51,6 +51,26 @@ Mechanism slow_link() {
 }
 
 
+// An action of a plan built by hand; transfers on the slow link's mechanism.
+Action act(ActionKind kind, TensorId t, int64_t bytes, StepIndex after, StepIndex ready,
+           StepIndex source = -1) {
+  bool moves = kind == ActionKind::evict || kind == ActionKind::prefetch;
+  return Action{kind, t, bytes, after, ready, source, moves ? "staged" : "", "", 0, 0};
+}
+
+// The planner's plans, with recomputation and without, take at least `bound_us`.
+void check_plans_at_or_above(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                             const std::vector<double>& c, int64_t budget, double bound_us) {
+  for (bool recompute : {true, false}) {
+    CAPTURE(recompute);
+    SwapOptions o;
+    o.budget_bytes = budget;
+    o.allow_recompute = recompute;
+    auto actions = plan_swaps(g, life, c, slow_link(), o);
+    CHECK(simulate(g, actions, c, slow_link(), DeviceProfile{}).step_time_us >= bound_us - 1e-6);
+  }
+}
+
 std::vector<Action> plan(const TrainingGraph& g, int64_t budget, bool recompute,
                          std::vector<double> times = {10, 10, 10, 10, 10}) {
   auto life = compute_lifetimes(g);
@@ -528,21 +548,10 @@ TEST_CASE("the lower bound: the bytes no recompute can make leave after their ow
   CHECK(t.recompute_us == doctest::Approx(7.8).epsilon(1e-2));
   CHECK(t.whole_tensor_us == doctest::Approx(114).epsilon(1e-3));
   // Every plan of the planner is at or above it.
-  for (bool recompute : {true, false}) {
-    SwapOptions o;
-    o.budget_bytes = 230;
-    o.allow_recompute = recompute;
-    auto actions = plan_swaps(g, life, c, slow_link(), o);
-    CHECK(simulate(g, actions, c, slow_link(), DeviceProfile{}).step_time_us >= x.bound_us - 1e-6);
-  }
+  check_plans_at_or_above(g, life, c, 230, x.bound_us);
   // The plan above, built by hand, takes 204 us, the planner's too: a's recompute runs after
   // step 9's wait for the b's (as the runtime runs a step's recomputes after its waits), which
   // the bound does not assume.
-  auto act = [](ActionKind kind, TensorId t, int64_t bytes, StepIndex after, StepIndex ready,
-                StepIndex source = -1) {
-    bool moves = kind == ActionKind::evict || kind == ActionKind::prefetch;
-    return Action{kind, t, bytes, after, ready, source, moves ? "staged" : "", "", 0, 0};
-  };
   std::vector<Action> by_hand = {act(ActionKind::discard, 0, 100, 1, 2),
                                  act(ActionKind::evict, 1, 24, 2, 7),
                                  act(ActionKind::evict, 2, 24, 3, 7),
@@ -660,22 +669,11 @@ TEST_CASE("the lower bound: a recompute that cannot run beside a window's transf
       CHECK(at6->bound_us == doctest::Approx(140).epsilon(1e-3));
       CHECK(x.bound_us == doctest::Approx(140).epsilon(1e-3));
     }
-    for (bool recompute : {true, false}) {
-      SwapOptions o;
-      o.budget_bytes = 200;
-      o.allow_recompute = recompute;
-      auto actions = plan_swaps(g, life, c, slow_link(), o);
-      CHECK(simulate(g, actions, c, slow_link(), DeviceProfile{}).step_time_us >= x.bound_us - 1e-6);
-    }
+    check_plans_at_or_above(g, life, c, 200, x.bound_us);
   }
   // The plan above for k of 1 B, built by hand: 140 us, the bound.
   TrainingGraph g = build(1);
   auto life = compute_lifetimes(g);
-  auto act = [](ActionKind kind, TensorId t, int64_t bytes, StepIndex after, StepIndex ready,
-                StepIndex source = -1) {
-    bool moves = kind == ActionKind::evict || kind == ActionKind::prefetch;
-    return Action{kind, t, bytes, after, ready, source, moves ? "staged" : "", "", 0, 0};
-  };
   std::vector<Action> by_hand = {act(ActionKind::evict, 0, 50, 0, 6),
                                  act(ActionKind::discard, 1, 100, 1, 2),
                                  act(ActionKind::prefetch, 0, 50, 7, 10),
