@@ -1048,9 +1048,6 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
     return tail[size_t(s)] - sum.compute_from(s + 1) - sum.extra_from(s + 1);
   });
   if (every && !ends.empty()) {
-    StepIndex last = std::max_element(ends.begin(), ends.end(), [](const auto& x, const auto& y) {
-                       return x.second < y.second;
-                     })->second;
     // Sequences also pass where the forced windows (the kSequenceWindows of most extra time)
     // begin and end, and between each two such steps at the one of highest bound(s).
     std::vector<std::pair<double, const Window*>> by_extra;
@@ -1078,11 +1075,9 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
       auto top = std::max_element(from, to);
       if (top != to && *top > 0) add_end(StepIndex(top - bound_at.begin()));
     }
-    last = std::max_element(ends.begin(), ends.end(), [](const auto& x, const auto& y) {
-             return x.second < y.second;
-           })->second;
     std::sort(ends.begin(), ends.end(),
               [](const auto& x, const auto& y) { return x.second < y.second; });
+    const StepIndex last = ends.back().second;
     std::vector<double> end_excess, earliest(ends.size(), 0);  // earliest start found
     std::vector<StepIndex> via(ends.size(), -1);                 // the s1 that found it
     std::vector<StepTerms> end_terms;
@@ -1094,7 +1089,8 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
     }
     std::sort(highest.begin(), highest.end());
     if (highest.size() > kPairStarts) highest.resize(kPairStarts);
-    std::vector<StepIndex> starts = steps, sequence_starts;  // the ends and the highest
+    // Every candidate step starts pairs; the ends and the highest others start sequences.
+    std::vector<StepIndex> starts = steps, sequence_starts;
     for (auto [minus_bound, s] : highest) sequence_starts.push_back(s);
     for (auto [extra, s] : ends) sequence_starts.push_back(s);
     std::sort(sequence_starts.begin(), sequence_starts.end());
