@@ -980,6 +980,7 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
       b.critical_step = s;
       b.pair_end = s2;
       b.must_move_bytes = int64_t(e);
+      b.sequence.clear();
     }
   };
   std::vector<std::pair<double, StepIndex>> highest;  // -bound(s) at the other steps
@@ -1078,10 +1079,13 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
     std::sort(ends.begin(), ends.end(),
               [](const auto& x, const auto& y) { return x.second < y.second; });
     const StepIndex last = ends.back().second;
-    std::vector<double> end_excess, earliest(ends.size(), 0);  // earliest start found
-    std::vector<StepIndex> via(ends.size(), -1);                 // the s1 that found it
+    // The earliest start found for each end: at first the compute and the least extra time
+    // before it (as in Dep); then the best pair into it, from `via`.
+    std::vector<double> end_excess, earliest;
+    std::vector<StepIndex> via(ends.size(), -1);
     std::vector<StepTerms> end_terms;
     for (auto [extra, s2] : ends) {
+      earliest.push_back(sum.compute_to(s2) + sum.extra_to(s2 + 1));
       end_excess.push_back(double(live[size_t(s2)] - budget));
       end_terms.push_back(step_terms(s2, end_excess.back(),
                                      off_able_at(g, life, s2, compute_us, regeneration, movable),
@@ -1121,11 +1125,22 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
         }
       }
     }
-    for (size_t k = 0; k < ends.size(); ++k)
-      if (via[k] >= 0)
-        keep(step_bound_from(ends[k].second, end_excess[k], end_terms[k], earliest[k], compute_us,
-                             sum),
-             via[k], double(live[size_t(via[k])] - budget), BoundTerm::pair, ends[k].second);
+    for (size_t k = 0; k < ends.size(); ++k) {
+      if (via[k] < 0) continue;
+      double t = step_bound_from(ends[k].second, end_excess[k], end_terms[k], earliest[k],
+                                 compute_us, sum);
+      if (t <= b.bound_us) continue;
+      keep(t, via[k], double(live[size_t(via[k])] - budget), BoundTerm::pair, ends[k].second);
+      // The sequence back from this end: each step's earliest start came from the one before.
+      b.sequence = {ends[k].second};
+      for (size_t at = k; via[at] >= 0;) {
+        b.sequence.insert(b.sequence.begin(), via[at]);
+        auto prev = std::find_if(ends.begin(), ends.end(),
+                                 [&](const auto& x) { return x.second == via[at]; });
+        if (prev == ends.end()) break;
+        at = size_t(prev - ends.begin());
+      }
+    }
   }
   // Last: a tie keeps the step that set it.
   keep(b.compute_us + b.window_stall_us, -1, 0, BoundTerm::windows);

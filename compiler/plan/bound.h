@@ -151,9 +151,10 @@
 // time (Windows, below) begin and end, and between each two of those the step of highest
 // bound(s). Those and the 16 other steps of highest bound(s) start sequences to every end. ResNet-
 // 50 b256 at 4.245 GB with PyTorch's memory (2026-12-01): the pair (66, 170) gave 160.1 ms
-// against bound(66)'s 158.8; with Dep(M') at 170, 163.4; the sequence 66, 170, 329, 340, 351 (the
-// departures before layer2.2, the recomputes of layers 2-4 in the backward, the prefetches of
-// two 822 MB layer1 outputs each between two of its steps, the rest after), 164.8.
+// against bound(66)'s 158.8; with Dep(M') at 170, 163.4; the sequence 66, 170, 329, 340,
+// 351 (the departures before layer2.2, the recomputes of layers 2-4 in the backward, the
+// prefetches of two 822 MB layer1 outputs each between two of its steps, the rest after),
+// 164.8. --explain-bound names the steps of the pair or sequence that sets the bound.
 //
 // Windows. The forced arrivals and departures above look one step ahead; a tensor can be forced
 // off over a longer stretch. Take a gap (a, b) of x (uses a < b; for a persistent tensor also
@@ -275,6 +276,8 @@ struct StepTimeBound {
   double window_stall_us = 0;     // the windows term's stalls (>= forced_stall_us): bound.h, Windows
   StepIndex critical_step = -1;   // the s that sets the bound (-1: C + the windows term)
   StepIndex pair_end = -1;        // s2 when the pair (critical_step, s2) sets it; else -1
+  // When a pair or a sequence sets it: its steps in order (critical_step, pair_end the last two).
+  std::vector<StepIndex> sequence;
   BoundTerm set_by = BoundTerm::compute;
   int64_t must_move_bytes = 0;    // E(s) at that step, moved or regenerated
   // With `explain`: bound(s) at every candidate step, in step order.
