@@ -37,16 +37,11 @@ std::string bound_explanation(const Plan& plan) {
       ms(b.compute_us + b.window_stall_us));
   switch (b.set_by) {
     case BoundTerm::pair:
-      if (b.sequence.size() > 2) {
-        out += "  set by the sequence of steps";
-        for (size_t i = 0; i < b.sequence.size(); ++i)
-          out += fmt::format("{}{}", i == 0 ? " " : i + 1 == b.sequence.size() ? " and " : ", ",
-                             step_name(b.sequence[i]));
-        out += "\n";
-      } else {
-        out += fmt::format("  set by the pair of steps {} and {}\n", step_name(b.critical_step),
-                           step_name(b.pair_end));
-      }
+      out += fmt::format("  set by the {} of steps", b.sequence.size() > 2 ? "sequence" : "pair");
+      for (size_t i = 0; i < b.sequence.size(); ++i)
+        out += fmt::format("{}{}", i == 0 ? " " : i + 1 == b.sequence.size() ? " and " : ", ",
+                           step_name(b.sequence[i]));
+      out += "\n";
       break;
     case BoundTerm::step:
     case BoundTerm::whole_tensor:

@@ -89,21 +89,15 @@ class Regeneration {
   // The chain that regenerates x, off at s (live, unused at s, past its first use), before its
   // next use; nullptr when no recompute can (none fits at any step after s up to that use).
   const std::vector<StepIndex>* chain_at(TensorId x, StepIndex s) const {
-    const std::vector<Piece>& pieces = pieces_[size_t(x)];
-    auto after = std::upper_bound(pieces.begin(), pieces.end(), s,
-                                  [](StepIndex v, const Piece& p) { return v < p.from; });
-    if (after == pieces.begin()) return nullptr;
-    const Piece& piece = *std::prev(after);
-    return piece.last_fit > s ? &piece.chain : nullptr;
+    const Piece* piece = piece_at(x, s);
+    return piece && piece->last_fit > s ? &piece->chain : nullptr;
   }
 
   // Whether x, regenerable at s (chain_at), may be made again while the transfer of a forced
   // window that starts at s or later is in flight (bound.h, Recomputes beside the windows).
   bool may_overlap(TensorId x, StepIndex s) const {
-    const std::vector<Piece>& pieces = pieces_[size_t(x)];
-    auto after = std::upper_bound(pieces.begin(), pieces.end(), s,
-                                  [](StepIndex v, const Piece& p) { return v < p.from; });
-    return after != pieces.begin() && std::prev(after)->overlap_from >= s;
+    const Piece* piece = piece_at(x, s);
+    return piece && piece->overlap_from >= s;
   }
 
   // For each piece with a chain, the latest start lo of a forced window (lo, hi] of a tensor y
@@ -181,9 +175,17 @@ class Regeneration {
   struct Piece {
     StepIndex from = 0;      // first step of the piece
     StepIndex last_fit = 0;  // last step t (<= next use) before which one fits; `from` if none
-    StepIndex overlap_from = -2;  // may_overlap at steps up to this one (mark_overlaps)
+    StepIndex overlap_from = -1;  // may_overlap at steps up to this one; -1: at none
     std::vector<StepIndex> chain;
   };
+
+  // The piece of x's gaps that holds s, or the last before it; nullptr when none is.
+  const Piece* piece_at(TensorId x, StepIndex s) const {
+    const std::vector<Piece>& pieces = pieces_[size_t(x)];
+    auto after = std::upper_bound(pieces.begin(), pieces.end(), s,
+                                  [](StepIndex v, const Piece& p) { return v < p.from; });
+    return after == pieces.begin() ? nullptr : &*std::prev(after);
+  }
 
   // Inputs of a chain's steps, resident where it runs: there as temporaries, or live, and then
   // not in unavoidable() unless used there. `until`: the last step where all of them can be.
@@ -983,8 +985,7 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
       b.sequence.clear();
     }
   };
-  std::vector<std::pair<double, StepIndex>> highest;  // -bound(s) at the other steps
-  std::vector<double> bound_at(n, -1);                 // bound(s) where worked out
+  std::vector<double> bound_at(n, -1);  // bound(s) where worked out
   std::vector<double> tail(n, 0);    // tail_bound at the candidate steps
   std::vector<double> tail_f(n, 0);  // the same with the forced stalls alone (no windows)
   Prefix stalls_only = sum;
@@ -999,7 +1000,6 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
       StepTerms terms = step_terms(s, e, items, sum, mech, StepIndex(n));
       StepBoundTerms at_s = step_bound(s, e, terms, compute_us, sum);
       at_s.whole_tensor_us = t;
-      if (!candidate[size_t(s)]) highest.emplace_back(-at_s.bound_us, s);
       bound_at[size_t(s)] = at_s.bound_us;
       if (at_s.bound_us > t) {
         t = at_s.bound_us;
@@ -1031,16 +1031,19 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
   // highest bound(s). Those and the kPairStarts other steps of highest bound(s) start sequences
   // to every end.
   constexpr size_t kPairEnds = 4, kPairStarts = 16, kSequenceWindows = 32;
-  std::vector<std::pair<double, StepIndex>> ends;
+  std::vector<std::pair<bool, StepIndex>> ends;  // (reached from every start, step)
+  auto add_end = [&](StepIndex s, bool from_every_start) {
+    if (s >= 0 && s < StepIndex(n) && live[size_t(s)] > budget &&
+        std::none_of(ends.begin(), ends.end(), [&](const auto& x) { return x.second == s; }))
+      ends.emplace_back(from_every_start, s);
+  };
   auto add_ends = [&](auto extra_of) {
     std::vector<std::pair<double, StepIndex>> by;
     for (StepIndex s : steps)
       if (double extra = extra_of(s); extra > 0) by.emplace_back(-extra, s);
     std::sort(by.begin(), by.end());
     if (by.size() > kPairEnds) by.resize(kPairEnds);
-    for (auto [extra, s] : by)
-      if (std::none_of(ends.begin(), ends.end(), [&](const auto& x) { return x.second == s; }))
-        ends.emplace_back(extra, s);
+    for (auto [extra, s] : by) add_end(s, true);
   };
   add_ends([&](StepIndex s) {
     return tail_f[size_t(s)] - sum.compute_from(s + 1) - sum.stall_from(s + 1);
@@ -1056,8 +1059,6 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
       by_extra.emplace_back(-(w.us - (sum.compute_to(w.hi) - sum.compute_to(w.lo + 1))), &w);
     std::sort(by_extra.begin(), by_extra.end());
     if (by_extra.size() > kSequenceWindows) by_extra.resize(kSequenceWindows);
-    std::vector<StepIndex> pair_ends;  // those above: from every start; the rest: sequences'
-    for (auto [extra, s] : ends) pair_ends.push_back(s);
     std::vector<StepIndex> marks = {0, StepIndex(n)};
     for (auto [minus_extra, w] : by_extra) {
       marks.push_back(w->lo);
@@ -1065,16 +1066,11 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
     }
     std::sort(marks.begin(), marks.end());
     marks.erase(std::unique(marks.begin(), marks.end()), marks.end());
-    auto add_end = [&](StepIndex s) {
-      if (s >= 0 && s < StepIndex(n) && live[size_t(s)] > budget &&
-          std::none_of(ends.begin(), ends.end(), [&](const auto& x) { return x.second == s; }))
-        ends.emplace_back(0, s);
-    };
     for (size_t i = 0; i + 1 < marks.size(); ++i) {
-      add_end(marks[i]);
+      add_end(marks[i], false);
       auto from = bound_at.begin() + marks[i], to = bound_at.begin() + marks[i + 1];
       auto top = std::max_element(from, to);
-      if (top != to && *top > 0) add_end(StepIndex(top - bound_at.begin()));
+      if (top != to && *top > 0) add_end(StepIndex(top - bound_at.begin()), false);
     }
     std::sort(ends.begin(), ends.end(),
               [](const auto& x, const auto& y) { return x.second < y.second; });
@@ -1091,9 +1087,13 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
                                      off_able_at(g, life, s2, compute_us, regeneration, movable),
                                      sum, mech, StepIndex(n)));
     }
+    // Every candidate step starts pairs; the ends and the kPairStarts other steps of highest
+    // bound(s) start sequences.
+    std::vector<std::pair<double, StepIndex>> highest;
+    for (StepIndex s : over)
+      if (!candidate[size_t(s)]) highest.emplace_back(-bound_at[size_t(s)], s);
     std::sort(highest.begin(), highest.end());
     if (highest.size() > kPairStarts) highest.resize(kPairStarts);
-    // Every candidate step starts pairs; the ends and the highest others start sequences.
     std::vector<StepIndex> starts = steps, sequence_starts;
     for (auto [minus_bound, s] : highest) sequence_starts.push_back(s);
     for (auto [extra, s] : ends) sequence_starts.push_back(s);
@@ -1114,9 +1114,7 @@ StepTimeBound lower_bound(const TrainingGraph& g, const std::vector<Lifetime>& l
         StepIndex s2 = ends[k].second;
         if (s2 <= s1) continue;
         // A candidate step starts pairs to the ends chosen for pairs alone (cost).
-        if (!sequence_start &&
-            std::find(pair_ends.begin(), pair_ends.end(), s2) == pair_ends.end())
-          continue;
+        if (!sequence_start && !ends[k].first) continue;
         StepTerms terms = step_terms(s1, e1, items, sum, mech, s2);
         double start = pair_start(s1, e1, terms, s1_start, s2, compute_us, sum);
         if (start > earliest[k]) {

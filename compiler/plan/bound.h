@@ -213,10 +213,9 @@
 // transfer or not as a whole, and each tensor that Rc_apart costs has its whole chain before
 // one step t, not beside one. ResNet-50 b256 at 4.245 GB with PyTorch's memory: the windows
 // after step 66 are the prefetches of two 822 MB layer1 block outputs in its backward (steps
-// 330-346). Of the tensors regenerable at step 66, layer2's 17 and one of layer1's are due
-// before them, and one of the stem's (822 MB) fits beside neither; the other 18 of 100 MB and
-// more, of layer1 and the stem, may be made beside them. So Rc_apart is 3.4 ms of Rc's 10.3
-// (2026-12-01: 155.4 -> 158.8 ms).
+// 330-346); layer2's tensors regenerated at step 66 are due before them, and some larger ones
+// of layer1 and the stem do not fit beside them. So Rc_apart is 3.4 ms of Rc's 10.3 at step 66
+// (--explain-bound, column `apart`; 2026-12-01: 155.4 -> 158.8 ms).
 //
 // Stalls, step compute and recompute are disjoint stretches of the compute stream, so the step
 // takes at least C + sum_b F(b) (and C + the windows term); in bound(s) the stalls up to j (or
