@@ -103,8 +103,9 @@ class Regeneration {
   // For each piece with a chain, the latest start lo of a forced window (lo, hi] of a tensor y
   // whose transfer a recompute of the piece's tensor may run beside: before a step t in
   // [lo + 1, hi - 1] (a transfer awaited at t is complete before t's recomputes run, and none
-  // of the window is in flight once hi starts) where the recompute fits with y resident,
-  // counted once with the chain's needs. `windows` by lo, the latest first. Past `max_work`
+  // of the window is in flight once hi starts) where the recompute fits with y resident beside
+  // the chain's needs; never when the chain reads y (it waits for y's prefetch, and runs before
+  // y's eviction). `windows` by lo, the latest first. Past `max_work`
   // window checks the rest are taken as able to (only more recomputes are left free).
   void mark_overlaps(const std::vector<Window>& windows, double max_work) {
     double work = 0;
@@ -121,11 +122,12 @@ class Regeneration {
         for (const Window& w : windows) {
           StepIndex lo = std::max(w.lo + 1, piece.from + 1);
           StepIndex hi = std::min(w.hi - 1, piece.last_fit);
-          if (w.tensor == TensorId(x) || lo > hi) continue;
+          // A chain that reads y waits for y's prefetch, and runs before y's eviction.
+          if (w.tensor == TensorId(x) || lo > hi ||
+              std::binary_search(needs.inputs.begin(), needs.inputs.end(), w.tensor))
+            continue;
           ++work;
-          Needs with = needs;  // y counted once: resident at t, as an input or not
-          if (std::erase(with.inputs, w.tensor) > 0) with.bytes -= g_.tensor(w.tensor).bytes;
-          if (last_fit(TensorId(x), next_use, with, lo, hi, g_.tensor(w.tensor).bytes) >= lo) {
+          if (last_fit(TensorId(x), next_use, needs, lo, hi, g_.tensor(w.tensor).bytes) >= lo) {
             piece.overlap_from = w.lo;
             break;
           }

@@ -205,8 +205,10 @@
 // recomputes run (a step waits, then recomputes: docs/execution-model.md), and none of the
 // window is in flight once hi starts. There y, the window's tensor, is resident (a prefetch
 // counts from its after_step + 1, an evict until its ready_before_step - 1), so the chain's
-// test above passes at t with y's bytes added (y counted once, also when the chain reads it).
-// (Only at t: a plan may evict x again after t, or y after its prefetch.) A tensor for which
+// test above passes at t with y's bytes added. And the chain does not read y: a recompute
+// before t that reads y is a use of y at t (rule 3), so y's prefetch is complete before it
+// runs, and y's eviction is issued after t. (Only at t: a plan may evict x again after t, or
+// y after its prefetch.) A tensor for which
 // some window passes the test (worked out once per piece of a gap, with its chain there) may
 // be made beside a transfer; Rc_apart is the knapsack Rc with those free, and the others'
 // recompute adds to W_>s. Chain steps are shared as in Rc: a re-run of a step is beside a
@@ -214,8 +216,9 @@
 // one step t, not beside one. ResNet-50 b256 at 4.245 GB with PyTorch's memory: the windows
 // after step 66 are the prefetches of two 822 MB layer1 block outputs in its backward (steps
 // 330-346); layer2's tensors regenerated at step 66 are due before them, and some larger ones
-// of layer1 and the stem do not fit beside them. So Rc_apart is 3.4 ms of Rc's 10.3 at step 66
-// (--explain-bound, column `apart`; 2026-12-01: 155.4 -> 158.8 ms).
+// of layer1 and the stem do not fit beside them. So Rc_apart was 3.4 ms of Rc's 10.3 at step 66
+// (2026-12-01: 155.4 -> 158.8 ms); 3.7 ms since chains that read a window's tensor are kept
+// apart from its transfer (--explain-bound, column `apart`; bound(66) 159.0 ms).
 //
 // Stalls, step compute and recompute are disjoint stretches of the compute stream, so the step
 // takes at least C + sum_b F(b) (and C + the windows term); in bound(s) the stalls up to j (or

@@ -196,9 +196,9 @@ with tempfile.TemporaryDirectory() as tmp:
           f"{pred.get('bound_us', 0) / 1e3:.1f} ms >= 251.0")
     # Issue 5's hardest row, planned from what the H200 measured (data/h200/README.md): ResNet-50
     # b256 recomputing at 4,245,208,576 B with PyTorch's memory model. bound(66) (layer2.2's
-    # Add) holds 158.8 ms: 1.12 GB of three 822 MB tensors that no chain can make again, so two
+    # Add) holds 159.0 ms: 1.12 GB of three 822 MB tensors that no chain can make again, so two
     # whole ones, must leave after their own releases (bound.h, "Moved bytes that no recompute
-    # can replace"), and 3.4 ms of the recomputes cannot run beside the prefetches forced in
+    # can replace"), and 3.7 ms of the recomputes cannot run beside the prefetches forced in
     # layer1's backward ("Recomputes beside the windows"). The sequence 66, 170, 329, 340,
     # 351 ("Pairs and sequences") sets the bound, 164.8 ms, reported at its last start, 340, and
     # named in --explain-bound's explanation; the wide gap-split search of pipeline.cc finds a

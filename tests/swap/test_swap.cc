@@ -683,6 +683,64 @@ TEST_CASE("the lower bound: a recompute that cannot run beside a window's transf
   CHECK(simulate(g, by_hand, c, slow_link(), DeviceProfile{}).step_time_us == doctest::Approx(140));
 }
 
+TEST_CASE("the lower bound: a recompute that reads a window's tensor never runs beside its transfer") {
+  // The graph of the case above with k of 1 B, but x's Conv reads y, and step 2 takes 20 us
+  // (C = 120), so that y's eviction, now after step 1, still has 50 us of compute (steps 2-5)
+  // for its 50 us: no extra time there. y's prefetch window is (7, 10] as before: 50 us past
+  // 20 us of compute, 30 us of extra; C + the windows term = 150.
+  //   0: y = Dropout()  1: x = Conv(y)  2: b = B()  ...  9: k = K(r)  10: z = Z(x, y)
+  // x is regenerable at 6 with y resident (at step 9: r, k, x and y, 152 B). Its recompute
+  // reads y, so it runs after y's prefetch is complete (execution-model.md, rule 3: step t
+  // waits for it, then recomputes): never while y's transfer is in flight, although it fits
+  // beside it. bound(6): M = 50 (y), Dep = max(C_<6 = 70, C_<=1 + 50 = 70) = 70, c_6 = 10,
+  // C_>6 = 40, Rc(61 B of x) = 6.1 us, all apart: 70 + 10 + 40 + max(6.1, 30 + 6.1) =
+  // 156.1 us (150 when the recompute was taken as able to run beside y's prefetch).
+  // The best plan: y evicted after step 1 (20-70 us, beside steps 2-5), x discarded; y back
+  // from the end of step 7 (90-140 us; not sooner, 161 B being unavoidable at 7), x made
+  // again before step 10 once y is there (140-150), step 10 to 160 us.
+  TrainingGraph g;
+  for (auto [name, bytes] :
+       {std::pair<const char*, int64_t>{"y", 50}, {"x", 100}, {"b", 100}, {"u", 1}, {"v", 1},
+        {"w", 1}, {"q", 160}, {"r", 1}, {"m", 120}, {"k", 1}, {"z", 1}})
+    g.add_tensor(name, TensorKind::activation, DType::u8, {bytes});
+  add_step(g, "Dropout", {}, {0});
+  add_step(g, "Conv", {0}, {1});
+  add_step(g, "B", {}, {2});
+  add_step(g, "U", {}, {3});
+  add_step(g, "V", {3}, {4});
+  add_step(g, "W", {4}, {5});
+  add_step(g, "Q", {5}, {6});
+  add_step(g, "R", {6}, {7});
+  add_step(g, "M", {7}, {8});
+  add_step(g, "K", {7}, {9});
+  add_step(g, "Z", {1, 0}, {10});
+  std::vector<double> c(11, 10);
+  c[2] = 20;
+  auto life = compute_lifetimes(g);
+  auto tl = compute_timeline(g, life);
+  REQUIRE(tl.total == std::vector<int64_t>{50, 150, 250, 151, 152, 152, 311, 311, 271, 152, 151});
+  auto x = lower_bound(g, life, tl.total, c, 200, slow_link(), MovableKinds{}, true, {}, true);
+  CHECK(x.forced_stall_us == 0);
+  CHECK(x.window_stall_us == doctest::Approx(30));
+  auto at6 = std::find_if(x.steps.begin(), x.steps.end(),
+                          [](const StepBoundTerms& t) { return t.step == 6; });
+  REQUIRE(at6 != x.steps.end());
+  CHECK(at6->moved_bytes == doctest::Approx(50).epsilon(1e-2));
+  CHECK(at6->departure_us == doctest::Approx(70));
+  CHECK(at6->recompute_us == doctest::Approx(6.1).epsilon(1e-2));
+  CHECK(at6->recompute_apart_us == doctest::Approx(6.1).epsilon(1e-2));
+  CHECK(at6->bound_us == doctest::Approx(156.1).epsilon(1e-3));
+  CHECK(x.bound_us == doctest::Approx(156.1).epsilon(1e-3));
+  check_plans_at_or_above(g, life, c, 200, x.bound_us);
+  std::vector<Action> by_hand = {act(ActionKind::evict, 0, 50, 1, 6),
+                                 act(ActionKind::discard, 1, 100, 1, 2),
+                                 act(ActionKind::prefetch, 0, 50, 7, 10),
+                                 act(ActionKind::recompute, 1, 100, 9, 10, 1)};
+  auto resident = resident_bytes(g, life, by_hand);
+  CHECK(*std::max_element(resident.begin(), resident.end()) <= 200);
+  CHECK(simulate(g, by_hand, c, slow_link(), DeviceProfile{}).step_time_us == doctest::Approx(160));
+}
+
 TEST_CASE("gaps, including a persistent tensor's wrap-around gap") {
   TrainingGraph g = five_steps("Conv");
   g.add_tensor("w", TensorKind::parameter, DType::u8, {10});
