@@ -453,6 +453,96 @@ TEST_CASE("the lower bound: a pair of steps, departures before one and arrivals 
         b.bound_us);
 }
 
+TEST_CASE("the lower bound: a sequence of three steps carries the earliest start") {
+  // One queue per direction at 1 B/us (slow_link), no recomputation; budget 216 B.
+  //   step 0: b = B()   step 1: c, d = C()   step 2: a, e = A()   step 3: D(a, d)
+  //   step 4: E(c, e)   step 5: F(a, b, c)
+  // a 70 B, b 20, c 40, d 50, e 90; steps of 11, 2, 3, 9, 19 and 16 us (C = 60). Live: 20, 110,
+  // 270, 270, 220, 130: over the budget at 2 and 3 (54 B) and 4 (4 B).
+  // Forced (bound.h, Together): c and d leave at 2 (90 B, 56 B of room beside a and e): D(2) =
+  // 34; c and e arrive at 4 (130 B, room 96): F(4) = 34; a and b at 5 (90 B, room 86): F(5) = 4.
+  // C + F = 132. Whole tensors of N (nothing can be made again) cover the excess: 60 B (b and
+  // c, or b and 40 B of d or e) at 2 and 3, 20 B at 4.
+  //   bound(2): Dep(60) = C_<=0 + 60 = 71 (b and c leave after step 0), c_2 = 3, then the
+  //     compute and stalls after it, 44 + 38 = 82: 156.
+  //   bound(3): Dep = 71, c_3 = 9, Arr(60) = 40 B due by 4 + C_>=4 + F(5) = 79: 159.
+  //   bound(4): Dep(20) = C_<4 + F = 25 + 68 = 93, c_4 = 19, Arr(20) = 20 + 16: 148.
+  //   The pair (3, 4): start(3) >= 71; between 3 and 4 the 40 B due by 4 arrive (40 us, more
+  //     than F(4)): start(4) >= 71 + 9 + 40 = 120, then 19 and Arr(20) = 36: 175.
+  //   The sequence 2, 3, 4: start(2) >= 71, and nothing due by 3 comes back before it, so
+  //     start(3) >= 71 + 3 = 74; then start(4) >= 74 + 9 + 40 = 123: 123 + 19 + 36 = 178 us.
+  // The best plan attains it: b and c evicted after steps 0 and 1 (11-31, 31-71 us), steps 2-3
+  // to 83, c back after step 3 (83-123), step 4 to 142, b back after it (142-162), step 5 to
+  // 178 us. The planner finds that plan.
+  TrainingGraph g = graph_of({70, 20, 40, 50, 90},
+                             {{"B", {}, {1}}, {"C", {}, {2, 3}}, {"A", {}, {0, 4}},
+                              {"D", {0, 3}, {}}, {"E", {2, 4}, {}}, {"F", {0, 1, 2}, {}}});
+  std::vector<double> c = {11, 2, 3, 9, 19, 16};
+  auto life = compute_lifetimes(g);
+  auto tl = compute_timeline(g, life);
+  REQUIRE(tl.total == std::vector<int64_t>{20, 110, 270, 270, 220, 130});
+  auto b = lower_bound(g, life, tl.total, c, 216, slow_link(), MovableKinds{}, false, {}, true);
+  CHECK(b.forced_stall_us == doctest::Approx(72));
+  std::vector<double> single;
+  for (const StepBoundTerms& t : b.steps) single.push_back(t.bound_us);
+  CHECK(single == std::vector<double>{156, 159, 148});
+  CHECK(b.bound_us == doctest::Approx(178).epsilon(1e-6));
+  CHECK(b.set_by == BoundTerm::pair);
+  CHECK(b.sequence == std::vector<StepIndex>{2, 3, 4});
+  CHECK(b.critical_step == 3);
+  CHECK(b.pair_end == 4);
+  std::vector<Action> by_hand = {act(ActionKind::evict, 1, 20, 0, 2),
+                                 act(ActionKind::evict, 2, 40, 1, 2),
+                                 act(ActionKind::prefetch, 2, 40, 3, 4),
+                                 act(ActionKind::prefetch, 1, 20, 4, 5)};
+  auto resident = resident_bytes(g, life, by_hand);
+  CHECK(*std::max_element(resident.begin(), resident.end()) <= 216);
+  CHECK(simulate(g, by_hand, c, slow_link(), DeviceProfile{}).step_time_us == doctest::Approx(178));
+  CHECK(simulate(g, plan(g, 216, false, c), c, slow_link(), DeviceProfile{}).step_time_us ==
+        doctest::Approx(178));
+}
+
+TEST_CASE("the lower bound: a pair's second step waits for what it moves itself to leave") {
+  // One queue per direction at 1 B/us (slow_link), with recomputation; budget 176 B.
+  //   step 0: b = Conv()   step 1: B1(b)   step 2: c = Dropout(b)   step 3: a, d = Conv()
+  //   step 4: E(b, c, d)   step 5: F(a, d)
+  // a 50 B, b 80, c 80, d 10; steps of 8, 13, 17, 16, 17 and 8 us (C = 79). Live: 80, 80, 160,
+  // 220, 220, 60: 44 B over at 3 and 4. Nothing is forced.
+  //   At 3, b and c are off-able (released at 2, due at 4); b can be made again before step 4
+  //   by step 0 (8 us for 80 B), c cannot. At 4, a is off-able (released at 3, due at 5) and
+  //   can be made again before step 5 by step 3 (16 us for 50 B).
+  //   The pair (3, 4), M bytes moved at 3: start(3) >= Dep(M) = 38 + M, then step 3 (16),
+  //   then before step 4 the larger of M arriving and 0.1 us a byte of b made again for the
+  //   rest: 38 + M + 16 + max(M, 4.4 - 0.1 M), least at M = 0: start(4) >= 58.4.
+  //   At 4, with M' bytes of a moved: they leave after step 3 ends, so start(4) >= 54 + M' as
+  //   well; step 4 (17); then the larger of 8 + 0.32 us a byte of a made again for the rest and
+  //   M' + 8 arriving. max(58.4, 54 + M') + 17 + 8 + 0.32 (44 - M') is least at M' = 4.4:
+  //   96.07 us. (Without the departure of M' at step 4, the tail's best M' = 10.67 gives 58.4 +
+  //   17 + 18.67 = 94.07.)
+  // The planner's plan: b discarded and made again before step 4, a before step 5: 103 us.
+  TrainingGraph g = graph_of({50, 80, 80, 10},
+                             {{"Conv", {}, {1}}, {"B1", {1}, {}}, {"Dropout", {1}, {2}},
+                              {"Conv", {}, {0, 3}}, {"E", {1, 2, 3}, {}}, {"F", {0, 3}, {}}});
+  std::vector<double> c = {8, 13, 17, 16, 17, 8};
+  auto life = compute_lifetimes(g);
+  auto tl = compute_timeline(g, life);
+  REQUIRE(tl.total == std::vector<int64_t>{80, 80, 160, 220, 220, 60});
+  auto b = lower_bound(g, life, tl.total, c, 176, slow_link(), MovableKinds{}, true, {}, true);
+  CHECK(b.forced_stall_us == 0);
+  REQUIRE(b.steps.size() == 2);
+  CHECK(b.steps[0].bound_us == doctest::Approx(83.4).epsilon(1e-3));   // at 3, M = 0
+  CHECK(b.steps[1].bound_us == doctest::Approx(93.08).epsilon(1e-3));  // at 4, M = 0
+  // The least over M is found to within half a byte: here 0.5 B is up to 0.3 us.
+  CHECK(b.bound_us >= 96.07 - 1e-6);
+  CHECK(b.bound_us <= 96.07 + 0.3);
+  CHECK(b.set_by == BoundTerm::pair);
+  CHECK(b.critical_step == 3);
+  CHECK(b.pair_end == 4);
+  check_plans_at_or_above(g, life, c, 176, b.bound_us);
+  CHECK(simulate(g, plan(g, 176, true, c), c, slow_link(), DeviceProfile{}).step_time_us ==
+        doctest::Approx(103));
+}
+
 TEST_CASE("the lower bound: whole tensors of equal size are each a candidate") {
   // 1 B/us each way, no fixed costs, budget 152 B; steps 10 us each but step 6, 100 us
   // (C = 170). a, b, c 50 B each (dropouts': never regenerated); d, f, g, h 2 B; e 80 B:
