@@ -296,6 +296,9 @@ void plan_under_budget(Plan& plan) {
           std::vector<Action> earlier = c;
           if (regenerate(earlier, kEarlierSteps) < t && settle(earlier) < t) c = std::move(earlier);
         }
+        // Last, evictions issued as early as their queue's order allows (swap_planner.h):
+        // delay_transfers and postpone_for_evictions leave some later than they need.
+        advance_evictions(g, life, plan.compute_us, mech, device, c, sims);
       });
     timer.done("  passes");
     double best = 0;

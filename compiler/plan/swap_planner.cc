@@ -1095,6 +1095,64 @@ void prune_temporaries(const TrainingGraph& g, const std::vector<Lifetime>& life
 
 }  // namespace
 
+double advance_evictions(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                         const std::vector<double>& compute_us, const Mechanism& mech,
+                         const DeviceProfile& device, std::vector<Action>& actions,
+                         int max_simulations) {
+  keep_transfers_off_recompute_reads(g, actions);
+  SimResult sim = simulate(g, actions, compute_us, mech, device);
+  int left = max_simulations - 1;
+  auto same_queue = [&](const Action& a, const Action& b) { return !mech.duplex || a.kind == b.kind; };
+  // The earliest after_step eviction `e` may have (rule 3): its tensor's last use, read by a
+  // recompute or arrival before its deadline, and its first step.
+  auto earliest = [&](size_t e) {
+    const Action& ev = actions[e];
+    const Lifetime& l = life[size_t(ev.tensor)];
+    StepIndex floor = l.first;
+    for (StepIndex u : l.uses)
+      if (u < ev.ready_before_step) floor = std::max(floor, u);
+    for (const Action& a : actions) {
+      if (a.kind == ActionKind::recompute && a.ready_before_step < ev.ready_before_step &&
+          std::find(g.step(a.source_step).inputs.begin(), g.step(a.source_step).inputs.end(),
+                    ev.tensor) != g.step(a.source_step).inputs.end())
+        floor = std::max(floor, a.ready_before_step);
+      if (a.tensor == ev.tensor && a.ready_before_step < ev.ready_before_step &&
+          (a.kind == ActionKind::prefetch || a.kind == ActionKind::recompute))
+        floor = std::max(floor, a.ready_before_step);
+    }
+    return floor;
+  };
+  std::set<std::pair<TensorId, StepIndex>> tried;  // (tensor, ready_before_step) of evictions
+  bool improved = true;
+  while (improved && left > 0) {
+    improved = false;
+    // The transfers in the order the queues run them.
+    std::vector<size_t> order;
+    for (size_t i = 0; i < actions.size(); ++i)
+      if (is_transfer(actions[i])) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return sim.issue_us[a] < sim.issue_us[b]; });
+    for (size_t k = 0; k < order.size() && left > 0 && !improved; ++k) {
+      const size_t e = order[k];
+      const Action& ev = actions[e];
+      if (ev.kind != ActionKind::evict || !tried.insert({ev.tensor, ev.ready_before_step}).second)
+        continue;
+      StepIndex to = earliest(e);  // and no earlier than the transfer before it on its queue
+      for (size_t j = k; j-- > 0;)
+        if (same_queue(actions[order[j]], ev)) {
+          to = std::max(to, actions[order[j]].after_step);
+          break;
+        }
+      if (to >= ev.after_step) continue;
+      std::vector<Action> trial = actions;
+      trial[e].after_step = to;
+      improved = keep_if_faster(g, compute_us, mech, device, trial, actions, sim, left);
+    }
+    if (improved) tried.clear();
+  }
+  return sim.step_time_us;
+}
+
 int drop_unread_regenerations(const TrainingGraph& g, const std::vector<Lifetime>& life,
                               std::vector<Action>& actions) {
   auto reads = [&](const Action& b, TensorId x) {

@@ -202,7 +202,8 @@ with tempfile.TemporaryDirectory() as tmp:
     # layer1's backward ("Recomputes beside the windows"). The sequence 66, 170, 329, 340,
     # 351 ("Pairs and sequences") sets the bound, 164.8 ms, reported at its last start, 340, and
     # named in --explain-bound's explanation; the wide gap-split search of pipeline.cc finds a
-    # plan of 206.4 ms (218.3 with the narrow one alone).
+    # plan of 206.4 ms (218.3 with the narrow one alone), 203.7 once advance_evictions issues
+    # two evictions earlier.
     data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "h200")
     r = case("ResNet-50 b256 at 4.245 GB, recomputing", [
         os.path.join(MODELS, "resnet50.onnx"), "--batch", "256", "--optimizer", "momentum",
@@ -212,12 +213,12 @@ with tempfile.TemporaryDirectory() as tmp:
         "--quiet", "--explain-bound"], 0, stream="stdout")
     rn = json.loads(r.stdout)["statistics"]["prediction"] if r.returncode == 0 else {}
     ok = (rn.get("bound_us", 0) >= 164.7e3 and rn.get("bound_critical_step") == 340
-          and rn["bound_us"] <= rn["step_time_us"] <= 206.5e3
+          and rn["bound_us"] <= rn["step_time_us"] <= 203.8e3
           and "set by the sequence of steps" in r.stderr and ", 170 (" in r.stderr
           and " and 351 (" in r.stderr)
     results.append(ok)
     print(f"{'PASS' if ok else 'FAIL'} ResNet-50 b256 at 4.245 GB: bound {rn.get('bound_us', 0) / 1e3:.1f} ms "
-          f">= 164.7 at step {rn.get('bound_critical_step')}, plan {rn.get('step_time_us', 0) / 1e3:.1f} ms <= 206.5")
+          f">= 164.7 at step {rn.get('bound_critical_step')}, plan {rn.get('step_time_us', 0) / 1e3:.1f} ms <= 203.8")
     # --explain-bound shows how that bound is made, even with --quiet: the same figure, the pair
     # that sets it, and bound(s) at the steps where it is worked out, none above the bound.
     r = case("--explain-bound", [os.path.join(MODELS, "vgg19.onnx"), "--batch", "256",
