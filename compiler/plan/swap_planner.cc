@@ -1103,6 +1103,8 @@ double advance_evictions(const TrainingGraph& g, const std::vector<Lifetime>& li
   SimResult sim = simulate(g, actions, compute_us, mech, device);
   int left = max_simulations - 1;
   auto same_queue = [&](const Action& a, const Action& b) { return !mech.duplex || a.kind == b.kind; };
+  // Recompute reads do not change with after_steps: worked out once.
+  const std::vector<std::pair<TensorId, StepIndex>> reads = recompute_reads(g, actions);
   // The earliest after_step eviction `e` may have (rule 3): its tensor's last use, read by a
   // recompute or arrival before its deadline, and its first step.
   auto earliest = [&](size_t e) {
@@ -1111,15 +1113,14 @@ double advance_evictions(const TrainingGraph& g, const std::vector<Lifetime>& li
     StepIndex floor = l.first;
     for (StepIndex u : l.uses)
       if (u < ev.ready_before_step) floor = std::max(floor, u);
-    for (const Action& a : actions) {
-      if (a.kind == ActionKind::recompute && a.ready_before_step < ev.ready_before_step &&
-          std::find(g.step(a.source_step).inputs.begin(), g.step(a.source_step).inputs.end(),
-                    ev.tensor) != g.step(a.source_step).inputs.end())
-        floor = std::max(floor, a.ready_before_step);
+    auto read = std::lower_bound(reads.begin(), reads.end(),
+                                 std::make_pair(ev.tensor, ev.ready_before_step));
+    if (read != reads.begin() && std::prev(read)->first == ev.tensor)  // its last read before
+      floor = std::max(floor, std::prev(read)->second);
+    for (const Action& a : actions)
       if (a.tensor == ev.tensor && a.ready_before_step < ev.ready_before_step &&
           (a.kind == ActionKind::prefetch || a.kind == ActionKind::recompute))
         floor = std::max(floor, a.ready_before_step);
-    }
     return floor;
   };
   std::set<std::pair<TensorId, StepIndex>> tried;  // (tensor, ready_before_step) of evictions

@@ -172,9 +172,9 @@ double regenerate_moved(const TrainingGraph& graph, const std::vector<Lifetime>&
 // the after_step of the transfer before it on that queue (if any), so that the queue keeps its
 // order, and no earlier than the last step before ready_before_step where its tensor is used,
 // read by a recompute (rule 3), or made resident by a prefetch or a recompute
-// (ready_before_step), nor its first step. Residency is unchanged (an evicted tensor is resident through
-// ready_before_step - 1), so the budget and every rule still hold. A change is kept when the
-// simulated step time drops. ResNet-50 b256 at 4.245 GB with PyTorch's memory (h200-pcie):
+// (ready_before_step), nor its first step. Residency is unchanged (an evicted tensor is
+// resident through ready_before_step - 1), so the budget and every rule still hold. A change is
+// kept when the simulated step time drops. ResNet-50 b256 at 4.245 GB with PyTorch's memory (h200-pcie):
 // layer1.1's 822 MB output after step 40 instead of 61, layer3.0's after step 98 instead of
 // 124, 206.4 -> 203.7 ms. At most `max_simulations` simulations. Returns the actions sorted as
 // plan_swaps sorts them, and their simulated step time.

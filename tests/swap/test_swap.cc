@@ -71,6 +71,41 @@ void check_plans_at_or_above(const TrainingGraph& g, const std::vector<Lifetime>
   }
 }
 
+// A plan built by hand: checks that it stays within `budget` at every step, and returns its
+// simulated step time on the slow link.
+double by_hand_time(const TrainingGraph& g, const std::vector<Lifetime>& life,
+                    const std::vector<Action>& actions, const std::vector<double>& c,
+                    int64_t budget) {
+  auto resident = resident_bytes(g, life, actions);
+  CHECK(*std::max_element(resident.begin(), resident.end()) <= budget);
+  return simulate(g, actions, c, slow_link(), DeviceProfile{}).step_time_us;
+}
+
+// The graph of the two cases on recomputes beside a window (bound.h): y (50 B) made by a
+// dropout, x (100 B) by a Conv that reads y when `x_reads_y`, read again by the last step with
+// y; fillers u, v, w, r, z (1 B); b (100), q (160), m (120) and k (`k_bytes`).
+//   0: y = Dropout()  1: x = Conv() or Conv(y)  2: b = B()  3: u = U()  4: v = V(u)  5: w = W(v)
+//   6: q = Q(w)       7: r = R(q)    8: m = M(r)    9: k = K(r)   10: z = Z(x, y)
+TrainingGraph window_graph(int64_t k_bytes, bool x_reads_y) {
+  TrainingGraph g;
+  for (auto [name, bytes] :
+       {std::pair<const char*, int64_t>{"y", 50}, {"x", 100}, {"b", 100}, {"u", 1}, {"v", 1},
+        {"w", 1}, {"q", 160}, {"r", 1}, {"m", 120}, {"k", k_bytes}, {"z", 1}})
+    g.add_tensor(name, TensorKind::activation, DType::u8, {bytes});
+  add_step(g, "Dropout", {}, {0});
+  add_step(g, "Conv", x_reads_y ? std::vector<TensorId>{0} : std::vector<TensorId>{}, {1});
+  add_step(g, "B", {}, {2});
+  add_step(g, "U", {}, {3});
+  add_step(g, "V", {3}, {4});
+  add_step(g, "W", {4}, {5});
+  add_step(g, "Q", {5}, {6});
+  add_step(g, "R", {6}, {7});
+  add_step(g, "M", {7}, {8});
+  add_step(g, "K", {7}, {9});
+  add_step(g, "Z", {1, 0}, {10});
+  return g;
+}
+
 std::vector<Action> plan(const TrainingGraph& g, int64_t budget, bool recompute,
                          std::vector<double> times = {10, 10, 10, 10, 10}) {
   auto life = compute_lifetimes(g);
@@ -495,9 +530,7 @@ TEST_CASE("the lower bound: a sequence of three steps carries the earliest start
                                  act(ActionKind::evict, 2, 40, 1, 2),
                                  act(ActionKind::prefetch, 2, 40, 3, 4),
                                  act(ActionKind::prefetch, 1, 20, 4, 5)};
-  auto resident = resident_bytes(g, life, by_hand);
-  CHECK(*std::max_element(resident.begin(), resident.end()) <= 216);
-  CHECK(simulate(g, by_hand, c, slow_link(), DeviceProfile{}).step_time_us == doctest::Approx(178));
+  CHECK(by_hand_time(g, life, by_hand, c, 216) == doctest::Approx(178));
   CHECK(simulate(g, plan(g, 216, false, c), c, slow_link(), DeviceProfile{}).step_time_us ==
         doctest::Approx(178));
 }
@@ -715,25 +748,7 @@ TEST_CASE("the lower bound: a recompute that cannot run beside a window's transf
   // and the bound stays 140. A plan takes that: y evicted after step 0 and back from the end of
   // step 7 (80 us to 130, beside x's recompute and step 9), x discarded and made again before
   // step 9: 140 us. With k of 120 B, x must wait for step 10, after y's arrival: 150.
-  auto build = [](int64_t k_bytes) {
-    TrainingGraph g;
-    for (auto [name, bytes] :
-         {std::pair<const char*, int64_t>{"y", 50}, {"x", 100}, {"b", 100}, {"u", 1}, {"v", 1},
-          {"w", 1}, {"q", 160}, {"r", 1}, {"m", 120}, {"k", k_bytes}, {"z", 1}})
-      g.add_tensor(name, TensorKind::activation, DType::u8, {bytes});
-    add_step(g, "Dropout", {}, {0});
-    add_step(g, "Conv", {}, {1});
-    add_step(g, "B", {}, {2});
-    add_step(g, "U", {}, {3});
-    add_step(g, "V", {3}, {4});
-    add_step(g, "W", {4}, {5});
-    add_step(g, "Q", {5}, {6});
-    add_step(g, "R", {6}, {7});
-    add_step(g, "M", {7}, {8});
-    add_step(g, "K", {7}, {9});
-    add_step(g, "Z", {1, 0}, {10});
-    return g;
-  };
+  auto build = [](int64_t k_bytes) { return window_graph(k_bytes, false); };
   std::vector<double> c(11, 10);
   for (int64_t k_bytes : {120, 1}) {
     CAPTURE(k_bytes);
@@ -768,9 +783,7 @@ TEST_CASE("the lower bound: a recompute that cannot run beside a window's transf
                                  act(ActionKind::discard, 1, 100, 1, 2),
                                  act(ActionKind::prefetch, 0, 50, 7, 10),
                                  act(ActionKind::recompute, 1, 100, 8, 9, 1)};
-  auto resident = resident_bytes(g, life, by_hand);
-  CHECK(*std::max_element(resident.begin(), resident.end()) <= 200);
-  CHECK(simulate(g, by_hand, c, slow_link(), DeviceProfile{}).step_time_us == doctest::Approx(140));
+  CHECK(by_hand_time(g, life, by_hand, c, 200) == doctest::Approx(140));
 }
 
 TEST_CASE("the lower bound: a recompute that reads a window's tensor never runs beside its transfer") {
@@ -788,22 +801,7 @@ TEST_CASE("the lower bound: a recompute that reads a window's tensor never runs 
   // The best plan: y evicted after step 1 (20-70 us, beside steps 2-5), x discarded; y back
   // from the end of step 7 (90-140 us; not sooner, 161 B being unavoidable at 7), x made
   // again before step 10 once y is there (140-150), step 10 to 160 us.
-  TrainingGraph g;
-  for (auto [name, bytes] :
-       {std::pair<const char*, int64_t>{"y", 50}, {"x", 100}, {"b", 100}, {"u", 1}, {"v", 1},
-        {"w", 1}, {"q", 160}, {"r", 1}, {"m", 120}, {"k", 1}, {"z", 1}})
-    g.add_tensor(name, TensorKind::activation, DType::u8, {bytes});
-  add_step(g, "Dropout", {}, {0});
-  add_step(g, "Conv", {0}, {1});
-  add_step(g, "B", {}, {2});
-  add_step(g, "U", {}, {3});
-  add_step(g, "V", {3}, {4});
-  add_step(g, "W", {4}, {5});
-  add_step(g, "Q", {5}, {6});
-  add_step(g, "R", {6}, {7});
-  add_step(g, "M", {7}, {8});
-  add_step(g, "K", {7}, {9});
-  add_step(g, "Z", {1, 0}, {10});
+  TrainingGraph g = window_graph(1, true);
   std::vector<double> c(11, 10);
   c[2] = 20;
   auto life = compute_lifetimes(g);
@@ -826,9 +824,7 @@ TEST_CASE("the lower bound: a recompute that reads a window's tensor never runs 
                                  act(ActionKind::discard, 1, 100, 1, 2),
                                  act(ActionKind::prefetch, 0, 50, 7, 10),
                                  act(ActionKind::recompute, 1, 100, 9, 10, 1)};
-  auto resident = resident_bytes(g, life, by_hand);
-  CHECK(*std::max_element(resident.begin(), resident.end()) <= 200);
-  CHECK(simulate(g, by_hand, c, slow_link(), DeviceProfile{}).step_time_us == doctest::Approx(160));
+  CHECK(by_hand_time(g, life, by_hand, c, 200) == doctest::Approx(160));
 }
 
 TEST_CASE("gaps, including a persistent tensor's wrap-around gap") {
