@@ -20,8 +20,9 @@ Pieces, in the order a training step meets them:
 
 Recomputation (plans made with autovm-plan --recompute-ops, a subset of REPLAYABLE_OPS): a
 recompute action's source step is replayed with the functional form of its op (batch norm in
-training mode on copies of the running statistics, so they are updated once, as without the
-adapter; a convolution through its module's own _conv_forward), from the saved tensors it reads
+training mode with the batch's statistics and no running ones, which the forward already
+updated once, as without the adapter; a convolution through its module's own _conv_forward),
+from the saved tensors it reads
 and the temporaries made before it in its chain.
 Only tensors matched to the plan by identity (a module call's output or argument, or the
 model's input) are discarded or read by a chain, never ones matched by size and order, so the
@@ -975,15 +976,14 @@ class Attachment:
             # forward, which it keeps per shape, so the bits are the forward's.
             return m._conv_forward(args[0], m.weight, m.bias)
         # BatchNormalization as the module ran it (torch.nn.modules.batchnorm._BatchNorm):
-        # with the batch's statistics when training (or tracking none), on copies of the
-        # running statistics, which the forward already updated once; with the running
-        # statistics, which it left alone, when frozen (eval mode).
-        training = m.training or (m.running_mean is None and m.running_var is None)
-        rm, rv = m.running_mean, m.running_var
-        if training and rm is not None:
-            rm, rv = rm.clone(), rv.clone()
-        factor = m.momentum if m.momentum is not None else 0.0
-        return F.batch_norm(args[0], rm, rv, m.weight, m.bias, training, factor, m.eps)
+        # with the batch's statistics when training (or tracking none), and no running
+        # statistics, which the forward already updated once (cuDNN normalizes with the batch's
+        # statistics either way; copies of the running ones cost two more kernels a replay);
+        # with the running statistics, which it left alone, when frozen (eval mode).
+        if m.training or (m.running_mean is None and m.running_var is None):
+            return F.batch_norm(args[0], None, None, m.weight, m.bias, True, 0.0, m.eps)
+        return F.batch_norm(args[0], m.running_mean, m.running_var, m.weight, m.bias, False, 0.0,
+                            m.eps)
 
     def _max_pool(self, m, x, indices=False):
         """Max pooling as module m runs it: its output, or its int64 indices when `indices`.

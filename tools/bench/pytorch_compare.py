@@ -30,7 +30,12 @@ configuration runs --steps more steps with a CUDA event at every plan boundary
 (Attachment.time_trace) into "time_rows"; those of autovm_free (no budget, no actions: plain
 PyTorch seen through the adapter's boundaries) are the profile run that --make-plans
 --step-times-from turns into each step's measured time (autovm.step_times) for autovm-plan
---step-times.
+--step-times. With --profile DIR, each configuration runs one more step under
+torch.profiler (CPU and CUDA activity): its Chrome trace goes to DIR/MODEL-CONFIG.trace.json.gz
+(-2, -3 ... for a configuration run again), and the result's "profile" holds what the trace
+says of the step (profile_summary): each copy of 64 MB or more (direction, start from the first
+GPU event, duration, bytes, GB/s) and the longest gaps between kernels on the stream that ran
+the most kernel time.
 
 autovm-plan does not run on the GPU machine (no Debian libraries there), so plans are made
 beforehand, here, with --make-plans (CPU, Debian's torch 1.13), from the peaks measured on the
@@ -237,8 +242,50 @@ def step_times_from(trace_path, plans_dir):
     return out
 
 
+def profile_summary(trace, min_copy_bytes=64 << 20, gaps=20):
+    """What a torch.profiler Chrome trace (the loaded JSON) says of one step: its copies of
+    min_copy_bytes or more, and the `gaps` longest idle gaps between kernels on the stream with
+    the most kernel time. Times in ms from the first GPU event."""
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+    gpu = [e for e in events if str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset")]
+    if not gpu:
+        return {"error": "no GPU events in the trace"}
+    t0 = min(e["ts"] for e in gpu)
+    copies = []
+    for e in gpu:
+        if str(e.get("cat", "")).lower() != "gpu_memcpy":
+            continue
+        args = e.get("args", {})
+        nbytes = int(args.get("bytes", 0) or 0)
+        if nbytes < min_copy_bytes:
+            continue
+        copies.append({"name": e.get("name"), "stream": args.get("stream"),
+                       "start_ms": (e["ts"] - t0) / 1e3, "ms": e["dur"] / 1e3, "bytes": nbytes,
+                       "GBps": nbytes / (e["dur"] * 1e3) if e["dur"] > 0 else None})
+    copies.sort(key=lambda c: c["start_ms"])
+    by_stream = {}
+    for e in gpu:
+        if str(e.get("cat", "")).lower() == "kernel":
+            by_stream.setdefault(e.get("args", {}).get("stream"), []).append(e)
+    stream, kernels = max(by_stream.items(), key=lambda kv: sum(e["dur"] for e in kv[1]),
+                          default=(None, []))
+    kernels.sort(key=lambda e: e["ts"])
+    holes = []
+    for a, b in zip(kernels, kernels[1:]):
+        idle = b["ts"] - (a["ts"] + a["dur"])
+        if idle > 0:
+            holes.append({"after_ms": (a["ts"] + a["dur"] - t0) / 1e3, "idle_ms": idle / 1e3,
+                          "before": str(a.get("name"))[:60], "after": str(b.get("name"))[:60]})
+    holes.sort(key=lambda h: -h["idle_ms"])
+    span = (max(e["ts"] + e["dur"] for e in gpu) - t0) / 1e3
+    return {"gpu_span_ms": span, "compute_stream": stream,
+            "compute_stream_kernel_ms": sum(e["dur"] for e in kernels) / 1e3,
+            "compute_stream_idle_ms": sum(h["idle_ms"] for h in holes),
+            "copies": copies, "longest_gaps": holes[:gaps]}
+
+
 def run_config(name, config, plan_dir, lib, warmup, steps, trace_memory=False,
-               trace_time=False):
+               trace_time=False, profile_dir=None):
     import contextlib
 
     import torch
@@ -314,6 +361,29 @@ def run_config(name, config, plan_dir, lib, warmup, steps, trace_memory=False,
             run.time_trace = None
             st = autovm.step_times(plan.steps, result["time_rows"], skip=0)["step_us"]
             result["timed_step_ms"] = sum(st) / 1e3
+        if profile_dir:
+            import gzip
+
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                opt.zero_grad(set_to_none=True)
+                F.cross_entropy(fwd(x), y).backward()
+                opt.step()
+                torch.cuda.synchronize()
+            os.makedirs(profile_dir, exist_ok=True)
+            raw = os.path.join(profile_dir, f".{name}-{config}.trace.json")
+            prof.export_chrome_trace(raw)
+            with open(raw) as f:
+                trace = json.load(f)
+            result["profile"] = profile_summary(trace)
+            path, k = os.path.join(profile_dir, f"{name}-{config}.trace.json.gz"), 1
+            while os.path.exists(path):  # a configuration run twice keeps both traces
+                k += 1
+                path = os.path.join(profile_dir, f"{name}-{config}-{k}.trace.json.gz")
+            with open(raw, "rb") as f, gzip.open(path, "wb") as out:
+                out.write(f.read())
+            os.remove(raw)
+            result["profile"]["trace"] = os.path.basename(path)
     if plan is not None:
         result["peak_within_budget"] = result["max_memory_allocated"] <= result["budget_bytes"]
     if plan is not None:
@@ -378,6 +448,9 @@ def main():
     ap.add_argument("--trace-time", action="store_true",
                     help="time every plan boundary of --steps more steps with CUDA events "
                          "(AutoVM configurations; autovm_free gives --step-times-from its times)")
+    ap.add_argument("--profile", metavar="DIR",
+                    help="profile one more step of each configuration with torch.profiler: "
+                         "its gzipped Chrome trace to DIR, a summary in the result")
     ap.add_argument("--trace-memory", action="store_true",
                     help="record PyTorch's memory at every plan boundary of one more step "
                          "(AutoVM configurations)")
@@ -421,7 +494,7 @@ def main():
         for config in configs:
             try:
                 r = run_config(name, config, args.plans_dir, args.lib, args.warmup, args.steps,
-                               args.trace_memory, args.trace_time)
+                               args.trace_memory, args.trace_time, args.profile)
             except Exception as e:  # one configuration failing (OOM, say) must not lose the rest
                 r = {"model": name, "config": config, "error": f"{type(e).__name__}: {e}"}
                 torch.cuda.empty_cache()
