@@ -22,8 +22,7 @@ Recomputation (plans made with autovm-plan --recompute-ops, a subset of REPLAYAB
 recompute action's source step is replayed with the functional form of its op (batch norm in
 training mode with the batch's statistics and no running ones, which the forward already
 updated once, as without the adapter; a convolution through its module's own _conv_forward),
-from the saved tensors it reads
-and the temporaries made before it in its chain.
+from the saved tensors it reads and the temporaries made before it in its chain.
 Only tensors matched to the plan by identity (a module call's output or argument, or the
 model's input) are discarded or read by a chain, never ones matched by size and order, so the
 replay reads exactly the tensors the op read in forward.

@@ -247,7 +247,8 @@ def profile_summary(trace, min_copy_bytes=64 << 20, gaps=20):
     min_copy_bytes or more, and the `gaps` longest idle gaps between kernels on the stream with
     the most kernel time. Times in ms from the first GPU event."""
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
-    gpu = [e for e in events if str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset")]
+    gpu = [e for e in events
+           if str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset")]
     if not gpu:
         return {"error": "no GPU events in the trace"}
     t0 = min(e["ts"] for e in gpu)
