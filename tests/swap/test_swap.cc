@@ -81,6 +81,19 @@ double by_hand_time(const TrainingGraph& g, const std::vector<Lifetime>& life,
   return simulate(g, actions, c, slow_link(), DeviceProfile{}).step_time_us;
 }
 
+// The terms both window cases share at step 6 (worked out in each): nothing forced, 30 us of
+// window stall, y's 50 B moved and 61 B of x made again for 6.1 us. Returns bound(6)'s terms.
+StepBoundTerms window_case_at6(const StepTimeBound& b) {
+  CHECK(b.forced_stall_us == 0);
+  CHECK(b.window_stall_us == doctest::Approx(30));
+  auto at6 = std::find_if(b.steps.begin(), b.steps.end(),
+                          [](const StepBoundTerms& t) { return t.step == 6; });
+  REQUIRE(at6 != b.steps.end());
+  CHECK(at6->moved_bytes == doctest::Approx(50).epsilon(1e-2));
+  CHECK(at6->recompute_us == doctest::Approx(6.1).epsilon(1e-2));  // 61 B of x
+  return *at6;
+}
+
 // The graph of the two cases on recomputes beside a window (bound.h): y (50 B) made by a
 // dropout, x (100 B) by a Conv that reads y when `x_reads_y`, read again by the last step with
 // y; fillers u, v, w, r, z (1 B); b (100), q (160), m (120) and k (`k_bytes`).
@@ -758,20 +771,14 @@ TEST_CASE("the lower bound: a recompute that cannot run beside a window's transf
     if (k_bytes == 120)
       REQUIRE(tl.total == std::vector<int64_t>{50, 150, 250, 151, 152, 152, 311, 311, 271, 271, 151});
     auto x = lower_bound(g, life, tl.total, c, 200, slow_link(), MovableKinds{}, true, {}, true);
-    CHECK(x.forced_stall_us == 0);
-    CHECK(x.window_stall_us == doctest::Approx(30));
-    auto at6 = std::find_if(x.steps.begin(), x.steps.end(),
-                            [](const StepBoundTerms& t) { return t.step == 6; });
-    REQUIRE(at6 != x.steps.end());
-    CHECK(at6->moved_bytes == doctest::Approx(50).epsilon(1e-2));
-    CHECK(at6->departure_us == doctest::Approx(60));
-    CHECK(at6->recompute_us == doctest::Approx(6.1).epsilon(1e-2));  // 61 B of x
-    CHECK(at6->recompute_apart_us == doctest::Approx(k_bytes == 120 ? 6.1 : 0).epsilon(1e-2));
+    const StepBoundTerms at6 = window_case_at6(x);
+    CHECK(at6.departure_us == doctest::Approx(60));
+    CHECK(at6.recompute_apart_us == doctest::Approx(k_bytes == 120 ? 6.1 : 0).epsilon(1e-2));
     if (k_bytes == 120) {
-      CHECK(at6->bound_us == doctest::Approx(146.1).epsilon(1e-3));
+      CHECK(at6.bound_us == doctest::Approx(146.1).epsilon(1e-3));
       CHECK(x.bound_us == doctest::Approx(146.1).epsilon(1e-3));
     } else {
-      CHECK(at6->bound_us == doctest::Approx(140).epsilon(1e-3));
+      CHECK(at6.bound_us == doctest::Approx(140).epsilon(1e-3));
       CHECK(x.bound_us == doctest::Approx(140).epsilon(1e-3));
     }
     check_plans_at_or_above(g, life, c, 200, x.bound_us);
@@ -808,16 +815,10 @@ TEST_CASE("the lower bound: a recompute that reads a window's tensor never runs 
   auto tl = compute_timeline(g, life);
   REQUIRE(tl.total == std::vector<int64_t>{50, 150, 250, 151, 152, 152, 311, 311, 271, 152, 151});
   auto x = lower_bound(g, life, tl.total, c, 200, slow_link(), MovableKinds{}, true, {}, true);
-  CHECK(x.forced_stall_us == 0);
-  CHECK(x.window_stall_us == doctest::Approx(30));
-  auto at6 = std::find_if(x.steps.begin(), x.steps.end(),
-                          [](const StepBoundTerms& t) { return t.step == 6; });
-  REQUIRE(at6 != x.steps.end());
-  CHECK(at6->moved_bytes == doctest::Approx(50).epsilon(1e-2));
-  CHECK(at6->departure_us == doctest::Approx(70));
-  CHECK(at6->recompute_us == doctest::Approx(6.1).epsilon(1e-2));
-  CHECK(at6->recompute_apart_us == doctest::Approx(6.1).epsilon(1e-2));
-  CHECK(at6->bound_us == doctest::Approx(156.1).epsilon(1e-3));
+  const StepBoundTerms at6 = window_case_at6(x);
+  CHECK(at6.departure_us == doctest::Approx(70));
+  CHECK(at6.recompute_apart_us == doctest::Approx(6.1).epsilon(1e-2));
+  CHECK(at6.bound_us == doctest::Approx(156.1).epsilon(1e-3));
   CHECK(x.bound_us == doctest::Approx(156.1).epsilon(1e-3));
   check_plans_at_or_above(g, life, c, 200, x.bound_us);
   std::vector<Action> by_hand = {act(ActionKind::evict, 0, 50, 1, 6),
