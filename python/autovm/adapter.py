@@ -35,8 +35,10 @@ runs it again).
 
 Max pooling's int64 indices (plans made with autovm-plan --pool-indices, as autovm.plan makes
 them) are a saved tensor of the plan like any other: evicted, prefetched, discarded and
-regenerated (max pooling replayed for its indices).
+regenerated (max pooling replayed for its indices). A chain that makes both a pooling's output
+and its indices runs the pooling once for the two, as the planner times it.
 """
+import collections
 import re
 import time
 import warnings
@@ -121,6 +123,7 @@ class Stats:
               "discards",            # COUNT: saved tensors dropped on the GPU to be regenerated
               "recomputes",          # COUNT: tensors made again by a chain (temporaries too)
               "bytes_recomputed",    # SUM: their bytes
+              "replays",             # COUNT: ops run by chains (one for a step's several outputs)
               "late_recomputes",     # COUNT: chains run at unpack (no boundary before the use)
               "missed_discards")     # COUNT: plan discards of tensors not held by identity
 
@@ -446,7 +449,8 @@ class Attachment:
         find: every tensor a chain reads is a temporary made before it in its group, a
         parameter or buffer (read from the module), or a tensor matched by identity."""
         p = self.plan
-        self.groups = []        # {"after_step", "ready_before_step", "actions", "targets"}
+        self.groups = []        # {"after_step", "ready_before_step", "actions", "targets",
+        #                          "sources"}
         self.regen_groups = {}  # tensor -> [(after_step, group index)]: chains that make it
         self.step_module = {}   # replayed batch norm, convolution, max pooling step -> module
         by_key = {}
@@ -459,6 +463,8 @@ class Attachment:
                                "actions": [], "targets": []}
                 self.groups.append(by_key[key])
             by_key[key]["actions"].append(a)
+        for g in self.groups:  # source step -> how many of the group's actions it makes
+            g["sources"] = collections.Counter(a["source_step"] for a in g["actions"])
         self.groups.sort(key=lambda g: g["after_step"])  # stable: plan order otherwise
         problems = []
         for gi, g in enumerate(self.groups):
@@ -910,12 +916,22 @@ class Attachment:
             return  # its discards were not made (missed_discards): the tensors stayed
         torch = self.torch
         temps = {}
+        made = {}  # source step -> what one replay of it gave, for its other outputs
         with torch.no_grad():
             for a in g["actions"]:
                 s = self.plan.steps[a["source_step"]]
-                out = self._replay(s, [self._chain_input(step, tid, temps, a)
-                                       for tid in self._data_inputs(s)],
-                                   indices=a["tensor"] in self.indices_tids)
+                if s["id"] in made:  # max pooling's indices beside its output: one replay
+                    out = made[s["id"]][1 if a["tensor"] in self.indices_tids else 0]
+                else:
+                    args = [self._chain_input(step, tid, temps, a)
+                            for tid in self._data_inputs(s)]
+                    if s["op"] == "MaxPool" and g["sources"][s["id"]] > 1:
+                        made[s["id"]] = self._max_pool(self.step_module[s["id"]], args[0],
+                                                       both=True)
+                        out = made[s["id"]][1 if a["tensor"] in self.indices_tids else 0]
+                    else:
+                        out = self._replay(s, args, indices=a["tensor"] in self.indices_tids)
+                    self.stats.replays += 1
                 temps[a["tensor"]] = out
                 self.stats.recomputes += 1
                 self.stats.bytes_recomputed += _nbytes(out)
@@ -984,15 +1000,17 @@ class Attachment:
         return F.batch_norm(args[0], m.running_mean, m.running_var, m.weight, m.bias, False, 0.0,
                             m.eps)
 
-    def _max_pool(self, m, x, indices=False):
-        """Max pooling as module m runs it: its output, or its int64 indices when `indices`.
+    def _max_pool(self, m, x, indices=False, both=False):
+        """Max pooling as module m runs it: its output, or its int64 indices when `indices`, or
+        (output, indices) when `both` (a chain that makes both runs the pooling once, as the
+        planner times it: one pass over the batch).
         On CUDA, PyTorch's max_pool2d makes the indices (one per output element) even when
-        nothing keeps them: the batch goes through in slices whose indices take at most
-        _POOL_SLICE_BYTES, so the replay needs little more than the tensor it makes. A slice's
-        indices are sized by its input's elements (a sample's output has about as many at most:
-        PyTorch allows padding of at most half the kernel), so no pooling runs twice. The
-        maximum is exact and indices count within a sample's plane, so slices give the same
-        bytes."""
+        nothing keeps them: for one of the two, the batch goes through in slices whose indices
+        take at most _POOL_SLICE_BYTES, so the replay needs little more than the tensor it
+        makes. A slice's indices are sized by its input's elements (a sample's output has about
+        as many at most: PyTorch allows padding of at most half the kernel), so no pooling runs
+        twice. The maximum is exact and indices count within a sample's plane, so slices give
+        the same bytes."""
         torch = self.torch
         F = torch.nn.functional
 
@@ -1000,6 +1018,9 @@ class Attachment:
             out, where = F.max_pool2d(t, m.kernel_size, m.stride, m.padding, m.dilation,
                                       ceil_mode=m.ceil_mode, return_indices=True)
             return where if indices else out
+        if both:
+            return F.max_pool2d(x, m.kernel_size, m.stride, m.padding, m.dilation,
+                                ceil_mode=m.ceil_mode, return_indices=True)
         batch = x.shape[0] if x.dim() == 4 else 1
         n = max(1, _POOL_SLICE_BYTES // max(8 * (x.numel() // max(batch, 1)), 1))
         if n >= batch:

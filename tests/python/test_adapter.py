@@ -404,6 +404,18 @@ def _():
             return f"{want}: every action should find its tensor and be in time: {st}"
         if (st.discards if want == "discard" else st.evictions) == 0:
             return f"{want}: nothing was {want}ed: {st}"
+        # A chain that makes both the pooling's output and its indices pools once, as the
+        # planner times it (this plan's chain does, 2026-12-01): one replay per source step.
+        made = {}  # (chain, source step) -> the tensors it makes
+        for a in p.actions:
+            if a["kind"] == "recompute":
+                key = (a["after_step"], a["ready_before_step"], a["source_step"])
+                made.setdefault(key, set()).add(a["tensor"])
+        pool = next(s for s in p.steps if s["op"] == "MaxPool")
+        chains, both = len(made), [k for k, v in made.items() if v >= set(pool["outputs"][:2])]
+        if want == "discard" and (not both or st.replays != chains * st.training_steps):
+            return (f"{want}: {chains} source steps a training step ({len(both)} making "
+                    f"output and indices) should be {chains} replays a step: {st}")
         print(f"  {want}: {st}")
     return ""
 
