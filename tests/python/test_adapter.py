@@ -213,6 +213,33 @@ def _():
     return identical_run(m, x, y, p, "resnet18")
 
 
+@case("attach(): parameters and buffers are read each step after its first launch, and never "
+      "moved, a buffer replaced between steps too")
+def _():
+    a, oa, b, ob = twins(tiny, momentum)
+    la = train(a, oa, xt, yt, steps=1)
+    seen = []  # (what the adapter knew of the model's state when conv1 ran, when bn1 ran)
+    with autovm.attach(b, ob, tiny_plan) as run:
+        h1 = b.conv1.register_forward_hook(lambda m, i, o: seen.append([run._param_ids]))
+        h2 = b.bn1.register_forward_hook(lambda m, i, o: seen[-1].append(run._param_ids))
+        lb = train(b, ob, xt, yt, steps=1)
+        # A buffer replaced between steps, and its twin's: the next step sees the new one.
+        for m in (a.bn1, b.bn1):
+            m.running_var = m.running_var.clone()
+        la += train(a, oa, xt, yt, steps=2)
+        lb += train(b, ob, xt, yt, steps=2)
+        h1.remove()
+        h2.remove()
+    if any(conv is not None for conv, _ in seen):
+        return "the scan of parameters and buffers ran before the first convolution's launch"
+    if any(bn is None for _, bn in seen) or id(b.bn1.running_var) not in seen[-1][1]:
+        return "batch norm's buffers (the replaced one too) should be known when it saves them"
+    diff = compare(a, la, b, lb)
+    if diff or run.stats.evictions == 0:
+        return f"not bit-identical, or nothing moved: {diff} {run.stats}"
+    return ""
+
+
 @case("attach(): evaluation and no_grad passes are left alone")
 def _():
     a, oa, b, ob = twins(tiny, momentum)
