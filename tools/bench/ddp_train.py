@@ -17,7 +17,10 @@ autovm-plan does not run on the GPU machine, so the plans are made here first:
   /usr/bin/python3 tools/bench/ddp_train.py --make-plans tools/bench/data/ddp-plans
   # on the GPU machine (2 GPUs; carry build/runtime/libautovm.so.1 and the plans):
   python3 tools/bench/ddp_train.py --plans-dir tools/bench/data/ddp-plans \\
-      --lib libautovm.so.1 --out $OUT/ddp.json
+      --lib libautovm.so.1 --trace-memory --out $OUT/ddp.json
+  # here again: plans with PyTorch's extra memory measured in that run, step by step
+  /usr/bin/python3 tools/bench/ddp_train.py --make-plans NEW_DIR \\
+      --reserve-from ddp.json tools/bench/data/ddp-plans
   # on the CPU, 2 gloo ranks, planning on the fly (what the 'adapter' test suite runs):
   /usr/bin/python3 tools/bench/ddp_train.py --device cpu --model tiny --batch 4 \\
       --resolution 32 --steps 2 --budget-fraction 0.8 --out /tmp/ddp.json
@@ -78,9 +81,36 @@ def plan_file(d, args, rank):
     return os.path.join(d, f"{args.model}-b{args.batch}-r{args.resolution}-rank{rank}.json")
 
 
+def reserve_from(pairs):
+    """autovm.step_reserve of every rank's traced AutoVM run in each (trace, plans) of pairs (a
+    --trace-memory result of this script, run with the plans in that folder): the memory PyTorch
+    held beyond the plan, per step, the largest over the ranks and runs (their steps are
+    alike)."""
+    import autovm
+
+    runs = []
+    for trace_path, plans_dir in pairs:
+        with open(trace_path) as f:
+            doc = json.load(f)
+        found = 0
+        for r in doc["ranks"]:
+            trace = r.get("autovm", {}).get("memory_trace")
+            if trace is None:
+                continue
+            with open(os.path.join(plans_dir, r["plan"])) as f:
+                runs.append((json.load(f), trace))
+            found += 1
+        if not found:
+            raise SystemExit(f"ddp_train.py: {trace_path} has no memory trace (run with "
+                             "--trace-memory)")
+    return autovm.step_reserve(runs, len(runs[0][0]["steps"]))
+
+
 def make_plans(d, args):
     """One plan per rank (the ranks' models and batches are alike, so are their plans), under
-    --budget or --budget-fraction of PyTorch's modelled peak for this data-parallel step."""
+    --budget or --budget-fraction of PyTorch's modelled peak for this data-parallel step; with
+    --reserve-from, PyTorch's extra memory measured step by step instead of the modelled margin
+    (autovm.plan(reserve=...)), and at least the least budget a plan can then promise."""
     import torch
 
     import autovm
@@ -91,21 +121,26 @@ def make_plans(d, args):
     opt = make_optimizer(model.parameters())
     kw = dict(planner=args.planner, lib=args.lib, data_parallel=True, bucket_mb=args.bucket_mb,
               extra_args=tuple(args.plan_arg))
+    if args.reserve_from:
+        kw["reserve"] = reserve_from(args.reserve_from)
     note = None
+    low = autovm.plan(model, example, opt, budget="min", **kw)
+    least = low.budget_bytes + (0 if "reserve" in kw else low.modelled_margin_bytes)
     if args.budget:
         budget = autovm.planner.parse_size(args.budget)
+        asked = f"--budget {budget} B"
     else:
         free = autovm.plan(model, example, opt, **kw)
         budget = int(free.pytorch_memory["peak_allocated_bytes"] * args.budget_fraction)
-        low = autovm.plan(model, example, opt, budget="min", **kw)
-        if budget < low.budget_bytes + low.modelled_margin_bytes:
-            note = (f"{args.budget_fraction} of the modelled peak ({budget} B) is below what a "
-                    f"plan moving activations only can keep PyTorch within: planned for that, "
-                    f"{low.budget_bytes + low.modelled_margin_bytes} B")
-            budget = low.budget_bytes + low.modelled_margin_bytes
-            print(note, flush=True)
+        asked = f"{args.budget_fraction} of the modelled peak ({budget} B)"
+    if budget < least:
+        note = (f"{asked} is below what a plan moving activations only can keep PyTorch "
+                f"within: planned for that, {least} B")
+        budget = least
+        print(note, flush=True)
     manifest = {"model": args.model, "batch": args.batch, "resolution": args.resolution,
                 "bucket_mb": args.bucket_mb, "requested_budget_bytes": budget, "note": note,
+                "reserve": "measured (--reserve-from)" if "reserve" in kw else None,
                 "ranks": {}}
     for rank in range(args.world):
         t0 = time.monotonic()
@@ -174,7 +209,11 @@ def train(args, rank, device, plan=None):
     ctx = autovm.attach(ddp, opt, plan, unrealized="warn") if plan else contextlib.nullcontext()
     torch.manual_seed(7 + rank)
     losses, times = [], []
+    trace = None
+    tracing = plan is not None and cuda and args.trace_memory
     with ctx as run:
+        if tracing:  # every step: DDP's first steps differ (it rebuilds its buckets)
+            run.memory_trace = []
         for _ in range(args.steps):
             if cuda:
                 torch.cuda.synchronize(device)
@@ -187,6 +226,15 @@ def train(args, rank, device, plan=None):
                 torch.cuda.synchronize(device)
             times.append(time.perf_counter() - t0)
             losses.append(loss.detach().cpu().clone())
+        peak = torch.cuda.max_memory_allocated(device) if cuda else None
+        if tracing:
+            # Each boundary took the peak since the one before and reset it: the run's peak is
+            # the largest of them.
+            trace = run.memory_trace + [
+                {"step": run.memory_trace[-1]["step"] if run.memory_trace else 0, "pos": "end",
+                 "allocated": torch.cuda.memory_allocated(device), "peak": peak}]
+            run.memory_trace = None
+            peak = max(int(e["peak"]) for e in trace)
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     out = {"losses": [float(v) for v in losses],
            "losses_hex": [v.reshape(1).view(torch.int32).item() & 0xFFFFFFFF for v in losses],
@@ -195,7 +243,9 @@ def train(args, rank, device, plan=None):
            "median_step_ms": statistics.median(times[1:] if len(times) > 1 else times) * 1e3,
            "ddp_bucket_sizes": _bucket_sizes(ddp)}
     if cuda:
-        out["max_memory_allocated"] = torch.cuda.max_memory_allocated(device)
+        out["max_memory_allocated"] = peak
+    if trace is not None:
+        out["memory_trace"] = trace
     if plan is not None:
         out["adapter_stats"] = run.stats.as_dict()
     del ddp, model, opt, x, y
@@ -304,6 +354,16 @@ def main():
                     help="extra autovm-plan argument (repeat; e.g. --plan-arg=--workspace-limit "
                          "--plan-arg=4KB)")
     ap.add_argument("--make-plans", metavar="DIR", help="make the ranks' plans into DIR and exit")
+    ap.add_argument("--reserve-from", nargs=2, metavar=("TRACE", "PLANS"), action="append",
+                    help="with --make-plans: plan with PyTorch's extra memory measured step by "
+                         "step in TRACE (a --trace-memory result of this script) under the plans "
+                         "in PLANS (autovm.step_reserve), instead of the modelled margin; given "
+                         "more than once, the largest over all the runs")
+    ap.add_argument("--trace-memory", action="store_true",
+                    help="on cuda, record in every AutoVM step the memory PyTorch held at each "
+                         "plan boundary (Attachment.memory_trace) into the result's "
+                         "ranks[].autovm.memory_trace (its steps then take longer: the host "
+                         "reads the allocator at each boundary)")
     ap.add_argument("--plans-dir", metavar="DIR",
                     help="plans made with --make-plans (default: plan now, into a temporary "
                          "folder; needs autovm-plan)")
@@ -314,6 +374,8 @@ def main():
     if args.lib:
         args.lib = os.path.abspath(args.lib)
         os.environ["AUTOVM_LIB"] = args.lib
+    if args.reserve_from and not args.make_plans:
+        ap.error("--reserve-from needs --make-plans")
     if args.make_plans:
         make_plans(args.make_plans, args)
         return 0
