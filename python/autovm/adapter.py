@@ -353,7 +353,8 @@ class Attachment:
         extra = [n for n, q in params.items() if q.requires_grad and n not in plan_params]
         if extra:
             problems.append(f"parameters of the model not in the plan: {', '.join(extra[:5])}")
-        self._param_ids, self._param_ptrs = set(), set()
+        # Read by _scan_state once a step (None: not yet this step).
+        self._param_ids = self._param_ptrs = None
         self._state_root, self._parameter = model, self.torch.nn.Parameter
 
         # Module calls: the exporter's node scope is the module's scope, '_k' for call k > 0.
@@ -780,8 +781,8 @@ class Attachment:
 
     def _scan_state(self):
         """The ids and (non-empty) data pointers of the model's parameters and buffers, read
-        from the modules' own dictionaries (module.parameters() and buffers() take twice as
-        long: 0.24 ms against 0.13 for ResNet-50 on a development machine's core)."""
+        from the modules' own dictionaries (module.parameters() and buffers() walk the same
+        modules through generators and a memo set, which takes longer)."""
         mods, todo = [], [self._state_root]
         while todo:
             m = todo.pop()
@@ -799,8 +800,9 @@ class Attachment:
                 or t.numel() == 0 or isinstance(t, self._parameter)):
             return t
         # The step's input and parameters need no scan: a first convolution saves just those,
-        # so the scan runs while its kernel does, not before the step's first launch (on the
-        # H200's host the scan before it made ResNet-50's steps 0.5-1 ms longer).
+        # so the scan runs while its kernel does, not before the step's first launch (before
+        # it, the host's start of a ResNet-50 step on the H200 took 1.7-2.2 ms, after it
+        # 0.75-0.80: tools/bench/step_start.py, BENCHMARKS.md).
         named = step.named.get(id(t))
         if named is None or named[0] != self._input_id or named[1]() is not t:
             if self._param_ids is None:
@@ -947,18 +949,15 @@ class Attachment:
         with torch.no_grad():
             for a in g["actions"]:
                 s = self.plan.steps[a["source_step"]]
-                if s["id"] in made:  # max pooling's indices beside its output: one replay
-                    out = made[s["id"]][1 if a["tensor"] in self.indices_tids else 0]
-                else:
+                indices = a["tensor"] in self.indices_tids
+                both = s["op"] == "MaxPool" and g["sources"][s["id"]] > 1
+                if s["id"] not in made:  # max pooling's indices beside its output: one replay
                     args = [self._chain_input(step, tid, temps, a)
                             for tid in self._data_inputs(s)]
-                    if s["op"] == "MaxPool" and g["sources"][s["id"]] > 1:
-                        made[s["id"]] = self._max_pool(self.step_module[s["id"]], args[0],
-                                                       both=True)
-                        out = made[s["id"]][1 if a["tensor"] in self.indices_tids else 0]
-                    else:
-                        out = self._replay(s, args, indices=a["tensor"] in self.indices_tids)
+                    made[s["id"]] = (self._max_pool(self.step_module[s["id"]], args[0], both=True)
+                                     if both else self._replay(s, args, indices=indices))
                     self.stats.replays += 1
+                out = made[s["id"]][1 if indices else 0] if both else made[s["id"]]
                 temps[a["tensor"]] = out
                 self.stats.recomputes += 1
                 self.stats.bytes_recomputed += _nbytes(out)

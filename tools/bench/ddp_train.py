@@ -106,6 +106,23 @@ def reserve_from(pairs):
     return autovm.step_reserve(runs, len(runs[0][0]["steps"]))
 
 
+def step_peaks(result_path, budget=None):
+    """Per rank of a --trace-memory result, the most PyTorch held in each training step: the
+    largest peak of the boundaries that step recorded (its first one, at the forward's start,
+    also covers the end of the step before). Returns {rank: {step: bytes}}."""
+    with open(result_path) as f:
+        doc = json.load(f)
+    peaks = {}
+    for r in doc["ranks"]:
+        trace = r.get("autovm", {}).get("memory_trace")
+        if trace is None:
+            continue
+        by_step = peaks.setdefault(r["rank"], {})
+        for e in trace:
+            by_step[e["step"]] = max(by_step.get(e["step"], 0), int(e["peak"]))
+    return peaks
+
+
 def make_plans(d, args):
     """One plan per rank (the ranks' models and batches are alike, so are their plans), under
     --budget or --budget-fraction of PyTorch's modelled peak for this data-parallel step; with
@@ -359,6 +376,9 @@ def main():
                          "step in TRACE (a --trace-memory result of this script) under the plans "
                          "in PLANS (autovm.step_reserve), instead of the modelled margin; given "
                          "more than once, the largest over all the runs")
+    ap.add_argument("--step-peaks", metavar="RESULT",
+                    help="print, per rank of a --trace-memory result, the most PyTorch held in "
+                         "each training step (MiB), and exit")
     ap.add_argument("--trace-memory", action="store_true",
                     help="on cuda, record in every AutoVM step the memory PyTorch held at each "
                          "plan boundary (Attachment.memory_trace) into the result's "
@@ -374,6 +394,14 @@ def main():
     if args.lib:
         args.lib = os.path.abspath(args.lib)
         os.environ["AUTOVM_LIB"] = args.lib
+    if args.step_peaks:
+        peaks = step_peaks(args.step_peaks)
+        if not peaks:
+            ap.error(f"{args.step_peaks} has no memory trace (run with --trace-memory)")
+        for rank, by_step in sorted(peaks.items()):
+            print(f"rank {rank}: " + ", ".join(f"step {k} {v / 2**20:.0f} MiB"
+                                               for k, v in sorted(by_step.items())))
+        return 0
     if args.reserve_from and not args.make_plans:
         ap.error("--reserve-from needs --make-plans")
     if args.make_plans:
