@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Predicted against measured PyTorch peak memory (issue 5), as in BENCHMARKS.md.
+"""Predicted against measured PyTorch peak memory, as in BENCHMARKS.md.
 
 Reads the JSON that tools/bench/torch_memory.py wrote on the GPU machine, runs
 `autovm-plan models/MODEL.onnx --batch B --optimizer OPT --memory-model pytorch` for each
@@ -32,7 +32,7 @@ def gib(n):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("data", nargs="?", default=os.path.join(ROOT, "tools/bench/data/torch_memory_h200.json"))
+    ap.add_argument("data", nargs="?", default=os.path.join(ROOT, "tools/bench/data/memory-model/torch_memory_h200.json"))
     ap.add_argument("--plan", default=os.path.join(ROOT, "build/compiler/driver/autovm-plan"))
     ap.add_argument("--tolerance", type=float, default=0.05)
     ap.add_argument("--phases", action="store_true")
