@@ -194,7 +194,7 @@ with tempfile.TemporaryDirectory() as tmp:
     results.append(ok)
     print(f"{'PASS' if ok else 'FAIL'} VGG-19 b256 min: the pair (57, 89) bound, "
           f"{pred.get('bound_us', 0) / 1e3:.1f} ms >= 251.0")
-    # Issue 5's hardest row, planned from what the H200 measured (data/h200/README.md): ResNet-50
+    # The PyTorch table's hardest row, planned from what the H200 measured (data/h200/README.md): ResNet-50
     # b256 recomputing at 4,245,208,576 B with PyTorch's memory model. bound(66) (layer2.2's
     # Add) holds 159.0 ms: 1.12 GB of three 822 MB tensors that no chain can make again, so two
     # whole ones, must leave after their own releases (bound.h, "Moved bytes that no recompute

@@ -11,12 +11,12 @@ than n log n, 100,000 convolutions < 2 s.
 usage: tools/bench/plan_speed.py [--plan build/compiler/driver/autovm-plan] [--repeat 11]
                                  [--output /dev/null]
 
---output names where the plans go (default /dev/null). autovm-plan before 2026-11-29 renamed
-its temporary file over the target even when that was a device, replacing /dev/null with a
-regular file: to time such a build, pass a file on a RAM file system (e.g. /dev/shm/plan.json),
-which costs it what its /dev/null did.
+--output names where the plans go (default /dev/null). A build that renames its temporary file
+over the target even when that is a device replaces /dev/null with a regular file: to time such
+a build, pass a file on a RAM file system (e.g. /dev/shm/plan.json), which costs it what its
+/dev/null did.
 
-With --budgets it times planning under a budget instead (issue 3: "planning VGG-19 and
+With --budgets it times planning under a budget instead (the target: "planning VGG-19 and
 ResNet-152 at any budget well under a second"): VGG-19 at batch 64, 128 and 256 and ResNet-152
 at batch 128, at 75 %, 50 % and 30 % of the step's peak, at 8 GB and at --budget min, on each
 of --devices (default h200-pcie,rtx3070-8gb), the median of --repeat runs (default 11; 3 is
