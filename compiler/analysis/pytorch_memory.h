@@ -31,7 +31,7 @@ namespace autovm {
 struct PytorchMemoryOptions {
   // Held from the start by libraries (cuBLAS workspaces) and counted by the allocator. Measured
   // 0-3 MiB beyond parameters, buffers and optimizer state after a first step of PyTorch 2.11 on
-  // the H200 (tools/bench/data/torch_memory_h200.json), so 0 by default.
+  // the H200 (tools/bench/data/memory-model/), so 0 by default.
   int64_t library_workspace_bytes = 0;
   // cuDNN's convolution workspace, allocated around each convolution (forward, backward data,
   // backward filter): this fraction of the im2col matrix of the batch, at most `cap`.

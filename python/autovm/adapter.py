@@ -800,9 +800,9 @@ class Attachment:
                 or t.numel() == 0 or isinstance(t, self._parameter)):
             return t
         # The step's input and parameters need no scan: a first convolution saves just those,
-        # so the scan runs while its kernel does, not before the step's first launch (before
-        # it, the host's start of a ResNet-50 step on the H200 took 1.7-2.2 ms, after it
-        # 0.75-0.80: tools/bench/step_start.py, BENCHMARKS.md).
+        # so the scan runs while its kernel does, not before the step's first launch, where it
+        # would keep the GPU waiting (tools/bench/step_start.py times the host's start of a
+        # step).
         named = step.named.get(id(t))
         if named is None or named[0] != self._input_id or named[1]() is not t:
             if self._param_ids is None:

@@ -16,7 +16,7 @@ from .planfile import pytorch_margin as pytorch_margin_of
 # What moving frees in PyTorch, in autovm-plan's words: saved activations. The adapter can move
 # the saved input too, but the training script holds the batch through the step (its loop
 # variable), so its eviction frees nothing (a VGG-19 b256 run under a plan evicting it peaked
-# 152 MB over the plan: BENCHMARKS.md, issue 5).
+# 152 MB, the input's size, over the plan).
 MOVABLE = ("activation",)
 
 # autovm-plan's exit codes (autovm-plan --help).

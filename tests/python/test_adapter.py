@@ -371,8 +371,8 @@ def _():
                                extra_args=SMALL_WS)
     torch.manual_seed(3)
     xr, yr = batch(2, 64, 5)
-    # At its least budget resnet18's plan regenerates convolutions and the stem's max pooling
-    # (2026-11-30); without convolutions, batch norm and ReLU chains.
+    # At its least budget resnet18's plan regenerates convolutions and the stem's max pooling;
+    # without convolutions, batch norm and ReLU chains.
     why = why or recompute_run(torchvision.models.resnet18(num_classes=5).train(), xr, yr,
                                "resnet18", 0.0, ["Conv"])
     torch.manual_seed(3)
@@ -398,7 +398,7 @@ def _():
       "regenerated, bit-identical")
 def _():
     # ResNet-18's stem pools early and its indices live until the end of backward: at its
-    # least budget the plan moves them (2026-11-30), evicted, or discarded when the pooling
+    # least budget the plan moves them, evicted, or discarded when the pooling
     # may run again.
     torch.manual_seed(3)
     model = torchvision.models.resnet18(num_classes=5).train()
@@ -432,7 +432,7 @@ def _():
         if (st.discards if want == "discard" else st.evictions) == 0:
             return f"{want}: nothing was {want}ed: {st}"
         # A chain that makes both the pooling's output and its indices pools once, as the
-        # planner times it (this plan's chain does, 2026-12-01): one replay per source step.
+        # planner times it (this plan's chain does): one replay per source step.
         made = {}  # (chain, source step) -> the tensors it makes
         for a in p.actions:
             if a["kind"] == "recompute":
@@ -704,7 +704,7 @@ def _():
     slow_us = sum(us[k] for k in slow)
     rest = max(u for k, u in enumerate(us) if k not in slow)
     # A shared machine is noisy: on the 2-core machine under a full load another step's median
-    # reached 110 ms (2026-11-30), so the slow step sleeps 300 ms.
+    # reached 110 ms, so the slow step sleeps 300 ms.
     if not SLOW_S * 1e6 <= slow_us < 10 * SLOW_S * 1e6 or rest >= slow_us / 2:
         return (f"conv2's forward {slow_us:.0f} us (want {SLOW_S * 1e3:.0f} ms or more), the "
                 f"largest other {rest:.0f} us (want under half of it)")

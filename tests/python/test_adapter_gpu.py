@@ -185,7 +185,7 @@ def check(name, n, plan, margin, recompute):
         return f"peak {peak_autovm} B is not below plain's {peak_plain} B"
     if margin and whole > budget:  # a memory target, recorded by the benchmark, not a failure
         print(f"  {name} b{n}: whole peak {whole} B is over the budget of {budget} B "
-              f"(BENCHMARKS.md, issue 5)", flush=True)
+              f"(BENCHMARKS.md, PyTorch end to end)", flush=True)
     return ""
 
 

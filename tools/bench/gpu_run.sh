@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU measurements of BENCHMARKS.md (issue 4), in one go on a GPU machine:
+# The GPU measurements of BENCHMARKS.md (mechanisms, replayed steps), in one go on a GPU machine:
 #   tools/bench/gpu_run.sh BIN_DIR PLAN[@MODES]...
 # BIN_DIR holds test_gpu and autovm-replay (from a build with -Dcuda=enabled: build/tests/gpu,
 # build/tools/replay; optionally staged_in from tools/bench/staged_in.cu); each PLAN is replayed in every mode, or in MODES (autovm-replay --modes). Results go to $OUT (default

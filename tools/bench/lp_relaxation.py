@@ -17,7 +17,7 @@ step at most what it held, plus what arrived and was regenerated; the host holds
 left it; each direction moves at most its bandwidth times the window (one queue shared when the
 mechanism is not duplex). Minimised: the sum of the windows. Every plan of docs/execution-model.md
 is a point of this LP, so its optimum is a lower bound; but a tensor may be split, so it is
-weaker than bound.h's where whole tensors matter (BENCHMARKS.md, issue 3). Fixed costs per
+weaker than bound.h's where whole tensors matter. Fixed costs per
 transfer are left out. Prints the LP's bound beside the plan's prediction and bound.
 
 --whole MB makes the tensors of MB megabytes and up whole (a mixed-integer program: each is

@@ -9,14 +9,14 @@ table and checks the targets: VGG-19 < 20 ms, ResNet-152 < 50 ms, chain time gro
 than n log n, 100,000 convolutions < 2 s.
 
 usage: tools/bench/plan_speed.py [--plan build/compiler/driver/autovm-plan] [--repeat 11]
-                                 [--output /dev/null]
+                                 [--output /dev/null] [--csv FILE]
 
---output names where the plans go (default /dev/null). autovm-plan before 2026-11-29 renamed
-its temporary file over the target even when that was a device, replacing /dev/null with a
-regular file: to time such a build, pass a file on a RAM file system (e.g. /dev/shm/plan.json),
-which costs it what its /dev/null did.
+--output names where the plans go (default /dev/null). A build that renames its temporary file
+over the target even when that is a device replaces /dev/null with a regular file: to time such
+a build, pass a file on a RAM file system (e.g. /dev/shm/plan.json), which costs it what its
+/dev/null did.
 
-With --budgets it times planning under a budget instead (issue 3: "planning VGG-19 and
+With --budgets it times planning under a budget instead (the target: "planning VGG-19 and
 ResNet-152 at any budget well under a second"): VGG-19 at batch 64, 128 and 256 and ResNet-152
 at batch 128, at 75 %, 50 % and 30 % of the step's peak, at 8 GB and at --budget min, on each
 of --devices (default h200-pcie,rtx3070-8gb), the median of --repeat runs (default 11; 3 is
@@ -25,9 +25,10 @@ alternating the two run by run, and prints before / after: same machine, same mo
 target: every row under 1 s. Rows whose budget no plan can meet (exit 6) are marked so.
 
 usage: tools/bench/plan_speed.py --budgets [--plan ...] [--against OTHER_PLAN] [--repeat N]
-                                 [--devices h200-pcie,rtx3070-8gb]
+                                 [--devices h200-pcie,rtx3070-8gb] [--csv FILE]
 """
 import argparse
+import csv
 import json
 import math
 import os
@@ -63,6 +64,16 @@ def peak_bytes(plan, model, batch):
             return json.load(f)["statistics"]["peak_bytes"]
 
 
+def write_csv(path, rows):
+    with open(path + ".tmp", "w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
+    os.replace(path + ".tmp", path)
+
+
+def cells(row):
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
 def time_budgets(a):
     """The --budgets table; returns whether every row is under 1 s."""
     plans = [a.plan] + ([a.against] if a.against else [])
@@ -71,6 +82,7 @@ def time_budgets(a):
         head = "| device | model | batch | budget | other build | this build | other / this |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
+    table = [cells(head)]
     ok, worst, ratios = True, 0.0, []
     for device in a.devices.split(","):
         for name, model, batch in BUDGET_CASES:
@@ -96,17 +108,21 @@ def time_budgets(a):
                 row = f"| {device} | {name} | {batch} | {label} |"
                 if infeasible:
                     print(row + " infeasible |" + (" - | - |" if a.against else ""))
-                    continue
+                    continue  # left out of --csv: no plan meets the budget
                 this = statistics.median(times[a.plan])
                 worst = max(worst, this)
                 ok &= this < 1.0
                 if a.against:
                     other = statistics.median(times[a.against])
                     ratios.append(other / this)
-                    print(row + f" {other * 1000:.0f} ms | {this * 1000:.0f} ms | {other / this:.2f}x |")
+                    row += f" {other * 1000:.0f} ms | {this * 1000:.0f} ms | {other / this:.2f}x |"
                 else:
-                    print(row + f" {this * 1000:.0f} ms |")
+                    row += f" {this * 1000:.0f} ms |"
+                print(row)
+                table.append(cells(row))
     print()
+    if a.csv:
+        write_csv(a.csv, table)
     print(f"slowest row: {worst * 1000:.0f} ms (target: every row under 1 s)")
     if ratios:
         print(f"other / this: {min(ratios):.2f}x to {max(ratios):.2f}x, geometric mean "
@@ -122,6 +138,8 @@ def main():
     ap.add_argument("--budgets", action="store_true", help="time planning under budgets instead")
     ap.add_argument("--against", help="with --budgets: another autovm-plan to time beside it")
     ap.add_argument("--devices", default="h200-pcie,rtx3070-8gb", help="with --budgets")
+    ap.add_argument("--csv", metavar="FILE", help="also write the table's rows here (the raw data "
+                    "of BENCHMARKS.md: tools/bench/data/planning-speed/)")
     a = ap.parse_args()
     if a.against and not a.budgets:
         sys.exit("plan_speed.py: --against goes with --budgets")
@@ -153,6 +171,10 @@ def main():
     print("|---|---|---|")
     for name, t, target in rows:
         print(f"| {name} | {t * 1000:.1f} ms | {'< %d ms' % (target * 1000) if target else '-'} |")
+    if a.csv:
+        write_csv(a.csv, [["model", "whole-process time (median)", "target"]]
+                  + [[name, f"{t * 1000:.1f} ms", "< %d ms" % (target * 1000) if target else "-"]
+                     for name, t, target in rows])
     print()
     for small, big in ((1000, 10000), (10000, 100000)):
         ratio = chain_times[big] / chain_times[small]

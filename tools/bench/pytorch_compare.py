@@ -41,17 +41,16 @@ autovm-plan does not run on the GPU machine (no Debian libraries there), so plan
 beforehand, here, with --make-plans (CPU, Debian's torch 1.13), from the peaks measured on the
 H200 (/work/shared/facts/h200.md): VGG-19 b256 plain 22.3 GB, save_on_cpu 18.4 GB; ResNet-50
 b256 plain 22.5 GB, save_on_cpu 4.2 GB (GB = 1e9 B); checkpointing's peaks from this script's
-own runs (tools/bench/data/h200/v5: VGG-19 19.22 GB, ResNet-50 12.66 GB). Each budget is what PyTorch may hold:
+own runs (VGG-19 19.22 GB, ResNet-50 12.66 GB). Each budget is what PyTorch may hold:
 autovm.plan() plans under it less PyTorch's modelled extra memory over AutoVM's training graph,
 moving saved activations only (--movable activation; the adapter moves
 nothing else); the manifest records the budget, the planner's budget and the margin, and the
-results compare the measured peak with the budget. (The plans of the first H200 run, made on
-the graph's own budget with every kind movable, are in DIR/v1-graph-budget/.)
+results compare the measured peak with the budget.
 
   # here:
-  /usr/bin/python3 tools/bench/pytorch_compare.py --make-plans tools/bench/data/compare-plans
+  /usr/bin/python3 tools/bench/pytorch_compare.py --make-plans tools/bench/data/pytorch/plans
   # on the GPU machine (carry build/runtime/libautovm.so.1 and the plans):
-  python3 tools/bench/pytorch_compare.py --plans-dir tools/bench/data/compare-plans \
+  python3 tools/bench/pytorch_compare.py --plans-dir tools/bench/data/pytorch/plans \
       --lib build/runtime/libautovm.so.1 --out compare.json
 """
 import argparse

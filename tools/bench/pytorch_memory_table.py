@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Predicted against measured PyTorch peak memory (issue 5), as in BENCHMARKS.md.
+"""Predicted against measured PyTorch peak memory, as in BENCHMARKS.md.
 
 Reads the JSON that tools/bench/torch_memory.py wrote on the GPU machine, runs
 `autovm-plan models/MODEL.onnx --batch B --optimizer OPT --memory-model pytorch` for each
@@ -8,9 +8,11 @@ against the plan's pytorch_memory.peak_allocated_bytes (predicted), with the err
 any error exceeds --tolerance (default 5%).
 
 usage: tools/bench/pytorch_memory_table.py [DATA.json] [--plan build/compiler/driver/autovm-plan]
-       (--phases adds forward / backward / end-of-forward columns)
+       (--phases adds forward / backward / end-of-forward columns; --csv FILE also writes the
+       table's rows as CSV, the raw data of BENCHMARKS.md: tools/bench/data/memory-model/h200.csv)
 """
 import argparse
+import csv
 import json
 import os
 import subprocess
@@ -32,10 +34,11 @@ def gib(n):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("data", nargs="?", default=os.path.join(ROOT, "tools/bench/data/torch_memory_h200.json"))
+    ap.add_argument("data", nargs="?", default=os.path.join(ROOT, "tools/bench/data/memory-model/torch_memory_h200.json"))
     ap.add_argument("--plan", default=os.path.join(ROOT, "build/compiler/driver/autovm-plan"))
     ap.add_argument("--tolerance", type=float, default=0.05)
     ap.add_argument("--phases", action="store_true")
+    ap.add_argument("--csv", metavar="FILE", help="also write the table's rows here")
     a = ap.parse_args()
     doc = json.load(open(a.data))
     meta = doc["meta"]
@@ -45,6 +48,7 @@ def main():
     if a.phases:
         head += " fwd meas/pred | end fwd meas/pred | bwd meas/pred |"
     print(head)
+    rows = [[c.strip() for c in head.strip("|").split("|")]]
     print("|" + "---|" * head.count("|")[:-1] if False else "|" + "---|" * (head.count("|") - 1))
     worst = 0.0
     for r in doc["results"]:
@@ -62,6 +66,11 @@ def main():
                      f" {gib(r['end_forward_allocated'])}/{gib(p['end_forward_bytes'])} |"
                      f" {gib(r['peak_backward'])}/{gib(p['backward_peak_bytes'])} |")
         print(line)
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    if a.csv:
+        with open(a.csv + ".tmp", "w", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows(rows)
+        os.replace(a.csv + ".tmp", a.csv)
     print(f"\nlargest error {worst * 100:.1f}% (tolerance {a.tolerance * 100:.0f}%)")
     return 0 if worst <= a.tolerance else 1
 

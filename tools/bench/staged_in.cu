@@ -1,5 +1,5 @@
-// Why does the `staged` mechanism's way back collapse? (BENCHMARKS.md, issue 4: bringing a
-// managed tensor back straight after its discard ran at 0.7-1.3 GB/s from 256 MiB up.) Each
+// Why does the `staged` mechanism's way back collapse? (BENCHMARKS.md, "Transfer mechanisms":
+// bringing a managed tensor back straight after its discard runs at 1-2.5 GB/s at 1 GiB.) Each
 // variant below first does what a staged eviction does (copy the managed buffer to a pinned
 // host buffer, then cudaMemDiscardBatchAsync), synchronises, and then brings the bytes back
 // one way, timing each phase with events on one stream; median of 5 rounds.

@@ -10,8 +10,12 @@ every row it fits, at least 2.5x faster than demand paging for VGG-19 at 50 %, a
 than every baseline that fits.
 
 usage: tools/bench/swap_table.py [--build build] [--devices h200-pcie,rtx3070-8gb] [--mechanism NAME]
+                                 [--csv FILE]
+--csv FILE also writes the rows that fit as CSV, the raw data of BENCHMARKS.md's table
+(tools/bench/data/plan-quality/; tools/bench/report.py renders it).
 """
 import argparse
+import csv
 import json
 import os
 import subprocess
@@ -42,11 +46,14 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--devices", default="h200-pcie,rtx3070-8gb")
     ap.add_argument("--mechanism", help="transfer mechanism (default: each profile's own)")
+    ap.add_argument("--csv", metavar="FILE", help="also write the rows that fit here")
     a = ap.parse_args()
     inspect = os.path.join(a.build, "tools/inspect/autovm-inspect")
     failures = []
-    print("| device | model | batch | budget | autovm/no-swap | autovm/bound | "
-          + " | ".join(p + "/no-swap" for p in POLICIES) + " | verified |")
+    header = (["device", "model", "batch", "budget", "autovm/no-swap", "autovm/bound"]
+              + [p + "/no-swap" for p in POLICIES] + ["verified"])
+    rows = []
+    print("| " + " | ".join(header) + " |")
     print("|---" * (7 + len(POLICIES)) + "|")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "plan.json")
@@ -91,7 +98,12 @@ def main():
                         if dp < 2.5:
                             failures.append(f"{device} vgg19 b{batch} 50%: only {dp:.2f}x faster than demand paging")
                     print(row + " " + " | ".join(cells) + " |")
+                    rows.append([device, model, batch, f"{label} ({budget / 1e9:.1f} GB)"] + cells)
     print()
+    if a.csv:
+        with open(a.csv + ".tmp", "w", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows([header] + rows)
+        os.replace(a.csv + ".tmp", a.csv)
     if failures:
         print(f"targets missed in {len(failures)} rows:")
         for f in failures:

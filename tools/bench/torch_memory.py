@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch's own memory use for a training step (issue 5: the PyTorch memory model), as in BENCHMARKS.md.
+"""PyTorch's own memory use for a training step (the PyTorch memory model), as in BENCHMARKS.md.
 
 For each torchvision model and batch: build the model (weights=None, seed 0, model.train()),
 an optimizer (SGD with momentum 0.9 by default), random fp32 input and integer targets, and run
