@@ -1,5 +1,5 @@
-// The C boundary: every entry point runs its body through guard(), which turns rt::Error and any
-// other exception into a status and a thread-local message. Nothing throws past here.
+// The C boundary of plans and runtimes: every entry point runs its body through guard()
+// (c_boundary.h), so nothing throws past here.
 #include <cstring>
 #include <new>
 #include <string>
@@ -7,11 +7,13 @@
 
 #include "autovm/autovm.h"
 #include "backend.h"
+#include "c_boundary.h"
 #include "residency_layout.h"
 #include "executor.h"
 #include "plan.h"
 
 using autovm::rt::Error;
+using autovm::rt::guard;
 
 struct autovm_plan {
   std::shared_ptr<const autovm::rt::Plan> plan;
@@ -23,36 +25,6 @@ struct autovm_runtime {
 };
 
 namespace {
-
-thread_local std::string g_last_error;
-
-void set_error(const char* message) noexcept {
-  try {
-    g_last_error = message;
-  } catch (...) {
-    g_last_error.clear();  // no memory for the message: an empty one
-  }
-}
-
-template <typename F>
-autovm_status guard(F&& body) noexcept {
-  try {
-    body();
-    return AUTOVM_OK;
-  } catch (const Error& e) {
-    set_error(e.what());
-    return e.status();
-  } catch (const std::bad_alloc&) {
-    set_error("out of host memory");
-    return AUTOVM_ERR_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    set_error(e.what());
-    return AUTOVM_ERR_BACKEND;
-  } catch (...) {
-    set_error("unknown internal error");
-    return AUTOVM_ERR_BACKEND;
-  }
-}
 
 template <typename T>
 void need(const T* p, const char* function, const char* argument) {
@@ -157,7 +129,7 @@ extern "C" {
 
 int autovm_version(void) { return AUTOVM_API_VERSION; }
 
-const char* autovm_last_error(void) { return g_last_error.c_str(); }
+const char* autovm_last_error(void) { return autovm::rt::last_error(); }
 
 autovm_status autovm_plan_load(const char* path, autovm_plan** out) {
   return guard([&] {
