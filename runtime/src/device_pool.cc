@@ -1,21 +1,29 @@
-// The CUDA half of the pool (device_pool.h): where SubAllocator's regions come from, how blocks
-// taken from another stream are ordered, and how memory goes back.
+// The CUDA half of the pool (device_pool.h): where SubAllocator's region comes from, how blocks
+// taken from another stream are ordered, and how memory goes back. Either way the pool is one
+// region, an address range, with device memory behind it in chunks:
 //
-//   managed  a region is a cudaMallocManaged range, advised preferred-location and accessed-by
-//            the device and prefetched there on the allocating stream, so kernels never fault
-//            on it. Grown when no free block fits; freed in trim() once empty.
-//   vmm      one region: an address range of twice the capacity, so that fragmentation of the
-//            addresses never refuses what the capacity allows. Chunk i (granularity bytes) is
+//   managed  one cudaMallocManaged range of the capacity, advised preferred-location and
+//            accessed-by the device: no pages until they are touched, and the capacity is at
+//            most the device's free memory at creation less the margin. A chunk (2 MiB) is
+//            populated, prefetched to the device on the allocating stream, when an allocation
+//            first reaches it (so kernels never fault), once the device has that much free
+//            memory less the margin; populated chunks stay until the pool goes (the driver
+//            gives managed pages back only with the range).
+//   vmm      an address range of twice the capacity, so that fragmentation of the addresses
+//            never refuses what the capacity allows. Chunk i (the allocation granularity) is
 //            mapped while an allocation overlaps it, counted in users_[i]; a chunk whose users
 //            drop to 0 stays mapped (a training step frees and reallocates the same bytes each
 //            step: remapping would cost 61 + 46 us a 2 MiB chunk on the H200) until trim().
+//
+// One range, not one per request: per-request ranges fragmented VGG-19's training (tensors of
+// 3.29 GB each took a range of their own, later split by small tensors) to twice its bytes.
 //
 // Ordering: a block SubAllocator hands over with another stream's tag is reused only after
 // cudaEventRecord(tag's stream) + cudaStreamWaitEvent(allocating stream). One event serves every
 // such wait: a wait takes the event's latest record at the time it is enqueued.
 //
-// Giving memory back (trim, or an allocation over the capacity) first synchronises the device:
-// a kernel still queued on a freed block must not find its pages gone.
+// Giving memory back (trim, or a vmm allocation over the capacity) first synchronises the
+// device: a kernel still queued on a freed block must not find its pages gone.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -29,7 +37,7 @@
 namespace autovm::rt {
 namespace {
 
-constexpr int64_t kManagedUnit = int64_t{2} << 20;
+constexpr size_t kManagedChunk = size_t{2} << 20;
 
 int64_t round_up(int64_t bytes, int64_t unit) { return (bytes + unit - 1) / unit * unit; }
 
@@ -82,16 +90,21 @@ class CudaPool final : public DevicePool {
                       (options.memory == AUTOVM_POOL_MANAGED
                            ? ", or set allow_oversubscribe if this GPU is yours alone"
                            : ""));
-    if (options.memory == AUTOVM_POOL_VMM) reserve_addresses();
+    if (options.memory == AUTOVM_POOL_VMM) {
+      reserve_addresses();
+    } else {
+      allocate_managed();
+    }
     const cudaError_t created = cudaEventCreateWithFlags(&order_event_, cudaEventDisableTiming);
     if (created != cudaSuccess && va_base_) vmm_.address_free(va_base_, va_bytes_);
+    if (created != cudaSuccess && managed_base_) cudaFree(managed_base_);
     check(created, "cudaEventCreate");
   }
 
   ~CudaPool() override {
     cudaSetDevice(options_.device);
     cudaDeviceSynchronize();
-    for (const auto& [base, bytes] : ranges_) cudaFree(reinterpret_cast<void*>(base));
+    if (managed_base_) cudaFree(managed_base_);
     if (va_base_) {
       for (size_t i = 0; i < handles_.size(); ++i)
         if (handles_[i]) {
@@ -172,21 +185,16 @@ class CudaPool final : public DevicePool {
   }
 
  private:
-  // A block for `bytes`, growing or mapping as needed; nullopt when the capacity refuses.
+  // A block for `bytes`, its chunks populated or mapped; nullopt when the capacity (or the
+  // device's free memory, for managed chunks) refuses.
   std::optional<SubAllocator::Taken> take(int64_t bytes, SubAllocator::Tag tag) {
     auto taken = sub_.allocate(static_cast<uint64_t>(bytes), tag);
-    if (options_.memory == AUTOVM_POOL_MANAGED) {
-      if (taken) return taken;
-      const int64_t range = std::max(round_up(bytes, kManagedUnit), segment_bytes());
-      if (resident_ + range > capacity_) {
-        release_unused();
-        taken = sub_.allocate(static_cast<uint64_t>(bytes), tag);
-        if (taken) return taken;
-      }
-      if (resident_ + range > capacity_ || !add_managed_range(range, tag)) return std::nullopt;
-      return sub_.allocate(static_cast<uint64_t>(bytes), tag);
+    if (!taken) return std::nullopt;  // the address range is full
+    if (managed_base_) {
+      if (populate(taken->address, taken->bytes, tag)) return taken;
+      sub_.free(taken->address, taken->after);
+      return std::nullopt;
     }
-    if (!taken) return std::nullopt;  // the address range is exhausted
     if (!use_chunks(taken->address, taken->bytes)) {
       release_unused();  // synchronises: every free block is then kAnyStream
       if (!use_chunks(taken->address, taken->bytes)) {
@@ -197,10 +205,6 @@ class CudaPool final : public DevicePool {
     return taken;
   }
 
-  int64_t segment_bytes() const {
-    return round_up(std::max<int64_t>(options_.segment_bytes, 1), kManagedUnit);
-  }
-
   cudaMemLocation device_location() const {
     cudaMemLocation l{};
     l.type = cudaMemLocationTypeDevice;
@@ -208,39 +212,62 @@ class CudaPool final : public DevicePool {
     return l;
   }
 
-  // One more managed range; false when the device has not that much free memory less the
-  // margin (unless oversubscription is allowed) or cudaMallocManaged refuses.
-  bool add_managed_range(int64_t range, SubAllocator::Tag tag) {
-    DeviceGuard guard(options_.device);
-    if (!options_.allow_oversubscribe) {
-      size_t free = 0, total = 0;
-      check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
-      if (range > static_cast<int64_t>(free) - options_.free_margin_bytes) return false;
-    }
-    void* p = nullptr;
-    if (cudaMallocManaged(&p, static_cast<size_t>(range), cudaMemAttachGlobal) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
+  void allocate_managed() {
+    managed_bytes_ = static_cast<size_t>(capacity_) / kManagedChunk * kManagedChunk;
+    if (managed_bytes_ == 0)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT, "autovm_pool_create: a managed pool needs a "
+                                               "capacity of at least 2 MiB");
+    check(cudaMallocManaged(&managed_base_, managed_bytes_, cudaMemAttachGlobal),
+          "cudaMallocManaged of the pool (" + gib(static_cast<int64_t>(managed_bytes_)) + ")");
     try {
-      const auto bytes = static_cast<size_t>(range);
-      check(cudaMemAdvise(p, bytes, cudaMemAdviseSetPreferredLocation, device_location()),
-            "cudaMemAdvise(SetPreferredLocation) of a pool range");
-      check(cudaMemAdvise(p, bytes, cudaMemAdviseSetAccessedBy, device_location()),
-            "cudaMemAdvise(SetAccessedBy) of a pool range");
-      // On the allocating stream: the block's first user runs after the pages are in place.
-      const auto stream = tag == SubAllocator::kAnyStream ? nullptr
-                                                          : reinterpret_cast<cudaStream_t>(tag);
-      check(cudaMemPrefetchAsync(p, bytes, device_location(), 0, stream),
-            "cudaMemPrefetchAsync of a pool range to the device");
+      check(cudaMemAdvise(managed_base_, managed_bytes_, cudaMemAdviseSetPreferredLocation,
+                          device_location()),
+            "cudaMemAdvise(SetPreferredLocation) of the pool");
+      check(cudaMemAdvise(managed_base_, managed_bytes_, cudaMemAdviseSetAccessedBy,
+                          device_location()),
+            "cudaMemAdvise(SetAccessedBy) of the pool");
     } catch (...) {
-      cudaFree(p);
+      cudaFree(managed_base_);
       throw;
     }
-    const auto base = reinterpret_cast<uintptr_t>(p);
-    sub_.add_region(base, static_cast<uint64_t>(range));
-    ranges_.emplace_back(base, range);
-    resident_ += range;
+    populated_.assign(managed_bytes_ / kManagedChunk, false);
+    sub_.add_region(reinterpret_cast<uintptr_t>(managed_base_), managed_bytes_);
+  }
+
+  // Prefetches to the device, on the allocating stream, the chunks of [address, address +
+  // bytes) no allocation has reached yet; false (nothing changed) when the device has not that
+  // much free memory less the margin now (unless oversubscription is allowed): another process
+  // may have taken what was free at the pool's creation.
+  bool populate(uintptr_t address, uint64_t bytes, SubAllocator::Tag tag) {
+    const auto base = reinterpret_cast<uintptr_t>(managed_base_);
+    const size_t first = (address - base) / kManagedChunk;
+    const size_t last = (address + bytes - 1 - base) / kManagedChunk;
+    int64_t needed = 0;
+    for (size_t i = first; i <= last; ++i)
+      if (!populated_[i]) needed += static_cast<int64_t>(kManagedChunk);
+    if (needed == 0) return true;
+    if (!options_.allow_oversubscribe) {
+      DeviceGuard guard(options_.device);
+      size_t free = 0, total = 0;
+      check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+      const int64_t margin = options_.free_margin_bytes;
+      if (needed > static_cast<int64_t>(free) - margin) return false;
+    }
+    const auto stream = tag == SubAllocator::kAnyStream ? nullptr
+                                                        : reinterpret_cast<cudaStream_t>(tag);
+    for (size_t i = first; i <= last;) {
+      if (populated_[i]) {
+        ++i;
+        continue;
+      }
+      size_t end = i;
+      while (end <= last && !populated_[end]) populated_[end++] = true;
+      check(cudaMemPrefetchAsync(reinterpret_cast<void*>(base + i * kManagedChunk),
+                                 (end - i) * kManagedChunk, device_location(), 0, stream),
+            "cudaMemPrefetchAsync of pool memory to the device");
+      i = end;
+    }
+    resident_ += needed;
     stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
     return true;
   }
@@ -324,18 +351,9 @@ class CudaPool final : public DevicePool {
     DeviceGuard guard(options_.device);
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before giving pool memory back");
     sub_.retag_free();
-    if (va_base_) {
-      for (size_t i = 0; i < handles_.size(); ++i)
-        if (handles_[i] && users_[i] == 0) unmap_chunk(i);
-      return;
-    }
-    for (const auto& region : sub_.unused_regions()) {
-      sub_.remove_region(region.base);
-      check(cudaFree(reinterpret_cast<void*>(region.base)), "cudaFree of a pool range");
-      std::erase_if(ranges_, [&](const auto& r) { return r.first == region.base; });
-      resident_ -= static_cast<int64_t>(region.bytes);
-      stats_.released_bytes += static_cast<int64_t>(region.bytes);
-    }
+    if (!va_base_) return;  // managed: populated pages go back only with the whole range
+    for (size_t i = 0; i < handles_.size(); ++i)
+      if (handles_[i] && users_[i] == 0) unmap_chunk(i);
   }
 
   std::string out_of_memory(int64_t bytes) const {
@@ -355,7 +373,10 @@ class CudaPool final : public DevicePool {
   int64_t resident_ = 0;
   autovm_pool_stats stats_{};
   cudaEvent_t order_event_ = nullptr;
-  std::vector<std::pair<uintptr_t, int64_t>> ranges_;  // managed: base, bytes
+  // managed:
+  void* managed_base_ = nullptr;
+  size_t managed_bytes_ = 0;
+  std::vector<bool> populated_;  // chunk i prefetched to the device
   // vmm:
   Vmm vmm_;
   CUmemAllocationProp prop_{};

@@ -1,7 +1,7 @@
 // Contract: a stream-ordered pool of one CUDA device's memory (autovm.h, "Memory pools", says
-// what callers see): SubAllocator's bookkeeping over managed ranges or one VMM address range,
-// plus the CUDA work that bookkeeping asks for (growing, mapping, waits between streams,
-// releasing). Every method is thread-safe. Failures throw rt::Error: AUTOVM_ERR_OUT_OF_MEMORY
+// what callers see): SubAllocator's bookkeeping over one managed range or one VMM address
+// range, plus the CUDA work that bookkeeping asks for (populating, mapping, waits between
+// streams, releasing). Every method is thread-safe. Failures throw rt::Error: AUTOVM_ERR_OUT_OF_MEMORY
 // with the pool's figures, AUTOVM_ERR_INVALID_ARGUMENT for a wrong device or address,
 // AUTOVM_ERR_BACKEND for a CUDA call that failed.
 #pragma once
@@ -19,7 +19,6 @@ struct DevicePoolOptions {
   autovm_pool_memory memory = AUTOVM_POOL_MANAGED;
   int device = 0;
   int64_t capacity_bytes = 0;  // 0: the device's free memory less the margin
-  int64_t segment_bytes = int64_t{1} << 30;
   int64_t free_margin_bytes = int64_t{1} << 30;
   bool allow_oversubscribe = false;
 };

@@ -89,13 +89,11 @@ DevicePoolOptions checked(const autovm_pool_options& o, const char* function) {
                                                    std::to_string(value));
   };
   non_negative(o.capacity_bytes, "capacity_bytes");
-  non_negative(o.segment_bytes, "segment_bytes");
   non_negative(o.free_margin_bytes, "free_margin_bytes");
   DevicePoolOptions d;
   d.memory = static_cast<autovm_pool_memory>(memory);
   d.device = o.device;
   d.capacity_bytes = o.capacity_bytes;
-  if (o.segment_bytes > 0) d.segment_bytes = o.segment_bytes;
   if (o.free_margin_bytes > 0) d.free_margin_bytes = o.free_margin_bytes;
   d.allow_oversubscribe = o.allow_oversubscribe != 0;
   if (d.allow_oversubscribe && d.memory != AUTOVM_POOL_MANAGED)
@@ -162,20 +160,23 @@ autovm_pool* torch_pool_or_throw() {
 
 }  // namespace
 
+// Each entry point names itself in `self`: inside the guard's lambda __func__ is "operator()".
 extern "C" {
 
 autovm_status autovm_pool_options_init(autovm_pool_options* options) {
+  const char* const self = __func__;
   return guard([&] {
-    need(options, __func__, "options");
+    need(options, self, "options");
     *options = default_options();
   });
 }
 
 autovm_status autovm_pool_create(const autovm_pool_options* options, autovm_pool** out) {
+  const char* const self = __func__;
   return guard([&] {
-    need(out, __func__, "out");
+    need(out, self, "out");
     const autovm_pool_options o = options ? *options : default_options();
-    auto pool = autovm::rt::make_device_pool(checked(o, __func__));
+    auto pool = autovm::rt::make_device_pool(checked(o, self));
     *out = new autovm_pool{std::move(pool)};
   });
 }
@@ -183,26 +184,29 @@ autovm_status autovm_pool_create(const autovm_pool_options* options, autovm_pool
 void autovm_pool_free(autovm_pool* pool) { delete pool; }
 
 autovm_status autovm_pool_alloc(autovm_pool* pool, int64_t bytes, void* stream, void** out) {
+  const char* const self = __func__;
   return guard([&] {
-    auto& p = pool_of(pool, __func__);
-    need(out, __func__, "out");
-    named(__func__, [&] { *out = p.allocate(bytes, p.device(), stream); });
+    auto& p = pool_of(pool, self);
+    need(out, self, "out");
+    named(self, [&] { *out = p.allocate(bytes, p.device(), stream); });
   });
 }
 
 autovm_status autovm_pool_dealloc(autovm_pool* pool, void* ptr, void* stream) {
+  const char* const self = __func__;
   return guard([&] {
-    auto& p = pool_of(pool, __func__);
-    named(__func__, [&] { p.deallocate(ptr, stream); });
+    auto& p = pool_of(pool, self);
+    named(self, [&] { p.deallocate(ptr, stream); });
   });
 }
 
 autovm_status autovm_pool_find(const autovm_pool* pool, const void* address, void** base,
                                int64_t* bytes) {
+  const char* const self = __func__;
   return guard([&] {
-    auto& p = pool_of(pool, __func__);
-    need(base, __func__, "base");
-    need(bytes, __func__, "bytes");
+    auto& p = pool_of(pool, self);
+    need(base, self, "base");
+    need(bytes, self, "bytes");
     const auto found = p.find(address);
     *base = found ? reinterpret_cast<void*>(found->address) : nullptr;
     *bytes = found ? static_cast<int64_t>(found->requested) : 0;
@@ -210,28 +214,32 @@ autovm_status autovm_pool_find(const autovm_pool* pool, const void* address, voi
 }
 
 autovm_status autovm_pool_stats_get(const autovm_pool* pool, autovm_pool_stats* out) {
+  const char* const self = __func__;
   return guard([&] {
-    auto& p = pool_of(pool, __func__);
-    need(out, __func__, "out");
+    auto& p = pool_of(pool, self);
+    need(out, self, "out");
     *out = p.stats();
   });
 }
 
 autovm_status autovm_pool_reset_peaks(autovm_pool* pool) {
-  return guard([&] { pool_of(pool, __func__).reset_peaks(); });
+  const char* const self = __func__;
+  return guard([&] { pool_of(pool, self).reset_peaks(); });
 }
 
 autovm_status autovm_pool_trim(autovm_pool* pool) {
+  const char* const self = __func__;
   return guard([&] {
-    auto& p = pool_of(pool, __func__);
-    named(__func__, [&] { p.trim(); });
+    auto& p = pool_of(pool, self);
+    named(self, [&] { p.trim(); });
   });
 }
 
 autovm_status autovm_torch_configure(const autovm_pool_options* options) {
+  const char* const self = __func__;
   return guard([&] {
-    need(options, __func__, "options");
-    checked(*options, __func__);
+    need(options, self, "options");
+    checked(*options, self);
     TorchPool& t = torch_pool();
     std::lock_guard<std::mutex> lock(t.mutex);
     if (t.pool || !t.failure.empty())
@@ -244,8 +252,9 @@ autovm_status autovm_torch_configure(const autovm_pool_options* options) {
 }
 
 autovm_status autovm_torch_pool(autovm_pool** out) {
+  const char* const self = __func__;
   return guard([&] {
-    need(out, __func__, "out");
+    need(out, self, "out");
     *out = torch_pool_or_throw();
   });
 }

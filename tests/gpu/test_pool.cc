@@ -28,12 +28,11 @@ constexpr int64_t kGiB = int64_t{1} << 30;
 
 const char* name(autovm_pool_memory m) { return m == AUTOVM_POOL_VMM ? "vmm" : "managed"; }
 
-autovm_pool* make_pool(autovm_pool_memory memory, int64_t capacity, int64_t segment = 0) {
+autovm_pool* make_pool(autovm_pool_memory memory, int64_t capacity) {
   autovm_pool_options o;
   REQUIRE(autovm_pool_options_init(&o) == AUTOVM_OK);
   o.memory = memory;
   o.capacity_bytes = capacity;
-  o.segment_bytes = segment;
   autovm_pool* pool = nullptr;
   const autovm_status s = autovm_pool_create(&o, &pool);
   INFO(autovm_last_error());
@@ -143,15 +142,15 @@ TEST_CASE("sizes from 0 B to 4 GiB hold their bytes, and each address finds its 
 }
 
 TEST_CASE("a block freed while kernels on its stream are queued holds no stale bytes later") {
-  // One 16 MiB range (managed) or 16 MiB of capacity (vmm): the second allocation can only
-  // be the first one's bytes. Stream A holds for 300 ms, then writes seed 1 into the block;
+  // 16 MiB of capacity: the second allocation can only be the first one's bytes (managed), or
+  // fresh addresses mapped once the first one's chunks went (vmm, another stream). Stream A holds for 300 ms, then writes seed 1 into the block;
   // the host frees it at once; stream B (or A) takes it and writes seed 2. The last write
   // must be B's: the final bytes are seed 2.
   for (autovm_pool_memory memory : {AUTOVM_POOL_MANAGED, AUTOVM_POOL_VMM}) {
     for (bool same_stream : {false, true}) {
       CAPTURE(name(memory));
       CAPTURE(same_stream);
-      autovm_pool* pool = make_pool(memory, 16 * kMiB, 16 * kMiB);
+      autovm_pool* pool = make_pool(memory, 16 * kMiB);
       cudaStream_t a = nullptr, b = nullptr;
       REQUIRE(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking) == cudaSuccess);
       REQUIRE(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking) == cudaSuccess);
@@ -180,7 +179,7 @@ TEST_CASE("a block freed while kernels on its stream are queued holds no stale b
 }
 
 TEST_CASE("reuse across streams: a block freed on A serves B after A's work, then A again") {
-  autovm_pool* pool = make_pool(AUTOVM_POOL_MANAGED, 64 * kMiB, 64 * kMiB);
+  autovm_pool* pool = make_pool(AUTOVM_POOL_MANAGED, 64 * kMiB);
   cudaStream_t a = nullptr, b = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking) == cudaSuccess);
   REQUIRE(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking) == cudaSuccess);
@@ -256,8 +255,9 @@ TEST_CASE("the capacity and the device's free memory bound a pool") {
   // A full pool refuses with its figures and keeps working.
   for (autovm_pool_memory memory : {AUTOVM_POOL_MANAGED, AUTOVM_POOL_VMM}) {
     CAPTURE(name(memory));
-    autovm_pool* pool = make_pool(memory, 64 * kMiB, 32 * kMiB);
+    autovm_pool* pool = make_pool(memory, 64 * kMiB);
     void* a = alloc(pool, 24 * kMiB, nullptr);
+    CHECK(stats_of(pool).resident_bytes == 24 * kMiB);  // only the chunks allocations reached
     void* p = nullptr;
     CHECK(autovm_pool_alloc(pool, 100 * kMiB, nullptr, &p) == AUTOVM_ERR_OUT_OF_MEMORY);
     const std::string message = autovm_last_error();
@@ -277,7 +277,7 @@ TEST_CASE("the capacity and the device's free memory bound a pool") {
 }
 
 TEST_CASE("threads allocating and freeing at once on their own streams") {
-  autovm_pool* pool = make_pool(AUTOVM_POOL_MANAGED, kGiB, 256 * kMiB);
+  autovm_pool* pool = make_pool(AUTOVM_POOL_MANAGED, kGiB);
   // The streams outlive every thread: a block freed on one may serve another thread later.
   std::vector<cudaStream_t> streams(4, nullptr);
   for (auto& s : streams)

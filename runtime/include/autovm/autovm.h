@@ -307,23 +307,24 @@ AUTOVM_EXPORT autovm_status autovm_step_stall_us(const autovm_runtime* rt, int64
  * cudaMallocManaged or cudaFree per allocation), and orders reuse by stream: a block freed on
  * stream A is reusable at once by A; another stream B that takes it is first made to wait, on
  * the device, for everything enqueued on A so far (an event recorded on A, cudaStreamWaitEvent
- * on B). The host never waits, except in autovm_pool_trim, autovm_pool_free, and an allocation
- * that only fits once unused memory is given back (both synchronise the device first, so no
- * queued kernel can touch what is released). Streams passed in must outlive the blocks freed
+ * on B). The host never waits, except in autovm_pool_trim, autovm_pool_free, and a vmm
+ * allocation that only fits once unused chunks are given back (these synchronise the device
+ * first, so no queued kernel can touch what is released). Streams passed in must outlive the blocks freed
  * on them (or a trim). Sizes are rounded up to 512 bytes; a 0-byte allocation is NULL.
  *
- *   managed  cudaMallocManaged ranges of segment_bytes (larger requests: one range each, in
- *            2 MiB units), advised preferred-location and accessed-by the device and prefetched
- *            there; a range goes back (cudaFree) only in a trim, once nothing lies in it.
+ *   managed  one cudaMallocManaged range of the capacity, advised preferred-location and
+ *            accessed-by the device; each 2 MiB chunk is prefetched to the device on the
+ *            allocating stream when an allocation first reaches it, and stays there until the
+ *            pool is freed (managed pages go back to the device only with the range).
  *   vmm      one reserved address range of twice the capacity (cuMemAddressReserve); device
  *            memory is created and mapped into it in chunks of the allocation granularity
  *            (2 MiB on an H200) as allocations reach them, and stays mapped when they are freed,
  *            until a trim unmaps and releases every chunk no allocation uses: the physical
  *            pages really go back to the device (cudaMemGetInfo rises).
  *
- * Safety. The capacity (device memory the pool may hold: managed ranges, mapped chunks) is
+ * Safety. The capacity (device memory the pool may hold: populated or mapped chunks) is
  * refused at creation when it is larger than the device's free memory less free_margin_bytes,
- * and a managed range is not allocated when the device has less than that free then, unless
+ * and managed chunks are not populated when the device has less than that free then, unless
  * allow_oversubscribe is set (managed memory only; on a shared GPU oversubscribed managed
  * memory can hang the device for everyone). A failed allocation is AUTOVM_ERR_OUT_OF_MEMORY,
  * and its message gives the request, the bytes in use and held, and the capacity.
@@ -341,7 +342,6 @@ typedef struct autovm_pool_options {
   int device;                 /* the CUDA device (0) */
   int64_t capacity_bytes;     /* most device memory the pool holds (0: the device's free
                                  memory at creation less the margin) */
-  int64_t segment_bytes;      /* managed: the size of a range (0: 1 GiB; rounded to 2 MiB) */
   int64_t free_margin_bytes;  /* device memory left free (0: 1 GiB) */
   int allow_oversubscribe;    /* managed only: 1 allows a capacity beyond the free memory.
                                  Only for a GPU that is yours alone */
@@ -350,7 +350,8 @@ typedef struct autovm_pool_options {
 typedef struct autovm_pool_stats {
   int64_t allocated_bytes;      /* SUM: bytes asked for by the live allocations */
   int64_t peak_allocated_bytes; /* most allocated_bytes since creation or the last reset */
-  int64_t resident_bytes;       /* device memory the pool holds now (ranges, mapped chunks) */
+  int64_t resident_bytes;       /* device memory the pool holds now (populated or mapped
+                                   chunks) */
   int64_t peak_resident_bytes;  /* most resident_bytes since creation or the last reset */
   int64_t capacity_bytes;       /* the most resident_bytes may reach */
   int64_t allocations;          /* COUNT: live allocations */
@@ -362,10 +363,9 @@ typedef struct autovm_pool_stats {
   int64_t released_bytes;       /* SUM: device memory given back by trims */
 } autovm_pool_stats;
 
-/* Defaults: managed, device 0, capacity from the free memory, 1 GiB segments and margin. */
+/* Defaults: managed, device 0, capacity from the free memory, a 1 GiB margin. */
 AUTOVM_EXPORT autovm_status autovm_pool_options_init(autovm_pool_options* options);
-/* options may be NULL (the defaults). Reserves nothing yet for managed memory; the address
- * range for vmm. */
+/* options may be NULL (the defaults). Reserves the address range (no memory behind it yet). */
 AUTOVM_EXPORT autovm_status autovm_pool_create(const autovm_pool_options* options,
                                                autovm_pool** out);
 /* Synchronises the device and releases all the pool's memory: live allocations dangle. */
@@ -384,8 +384,8 @@ AUTOVM_EXPORT autovm_status autovm_pool_stats_get(const autovm_pool* pool,
                                                   autovm_pool_stats* out);
 /* The peaks start again from the current figures. */
 AUTOVM_EXPORT autovm_status autovm_pool_reset_peaks(autovm_pool* pool);
-/* Synchronises the device, then gives back the memory no allocation uses: vmm chunks and
- * managed ranges. */
+/* Synchronises the device, then gives back the vmm chunks no allocation uses (managed pools
+ * give nothing back); every free block is then reusable by any stream without a wait. */
 AUTOVM_EXPORT autovm_status autovm_pool_trim(autovm_pool* pool);
 
 /* --- PyTorch's allocator hooks ------------------------------------------------------------
