@@ -1,7 +1,7 @@
-"""ctypes binding of libautovm's plan query API (runtime/include/autovm/autovm.h).
+"""ctypes binding of libautovm's plan query API and memory pools (runtime/include/autovm/autovm.h).
 
-Only the plan-query half of the C API is bound: the PyTorch adapter moves tensors with torch
-itself and never creates a libautovm runtime. Every call's status is checked; a failure raises
+The plan-query half of the C API, and the pools behind autovm.allocator; the PyTorch adapter moves
+tensors with torch itself and never creates a libautovm runtime. Every call's status is checked; a failure raises
 LibraryError with the function's name and autovm_last_error().
 """
 import ctypes
@@ -37,6 +37,18 @@ class ActionInfo(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int), ("tensor", ctypes.c_int32), ("bytes", ctypes.c_int64),
                 ("after_step", ctypes.c_int64), ("ready_before_step", ctypes.c_int64),
                 ("source_step", ctypes.c_int64), ("advice", ctypes.c_char_p)]
+
+
+class PoolOptions(ctypes.Structure):
+    _fields_ = [("memory", ctypes.c_int), ("device", ctypes.c_int),
+                ("capacity_bytes", ctypes.c_int64), ("free_margin_bytes", ctypes.c_int64), ("allow_oversubscribe", ctypes.c_int)]
+
+
+class PoolStats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int64) for name in (
+        "allocated_bytes", "peak_allocated_bytes", "resident_bytes", "peak_resident_bytes",
+        "capacity_bytes", "allocations", "alloc_calls", "free_calls", "cross_stream_waits",
+        "failed_allocations", "last_failed_bytes", "released_bytes")]
 
 
 def repo_root():
@@ -86,6 +98,15 @@ class Library:
                                       ctypes.c_int),
             "autovm_plan_action_info": ([P, ctypes.c_int64, ctypes.POINTER(ActionInfo)],
                                         ctypes.c_int),
+            "autovm_cuda_built": ([], ctypes.c_int),
+            "autovm_pool_options_init": ([ctypes.POINTER(PoolOptions)], ctypes.c_int),
+            "autovm_torch_configure": ([ctypes.POINTER(PoolOptions)], ctypes.c_int),
+            "autovm_torch_pool": ([ctypes.POINTER(P)], ctypes.c_int),
+            "autovm_pool_stats_get": ([P, ctypes.POINTER(PoolStats)], ctypes.c_int),
+            "autovm_pool_reset_peaks": ([P], ctypes.c_int),
+            "autovm_pool_trim": ([P], ctypes.c_int),
+            "autovm_pool_find": ([P, P, ctypes.POINTER(P), ctypes.POINTER(ctypes.c_int64)],
+                                 ctypes.c_int),
         }
         for name, (args, res) in sig.items():
             try:

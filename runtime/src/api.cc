@@ -1,5 +1,5 @@
-// The C boundary: every entry point runs its body through guard(), which turns rt::Error and any
-// other exception into a status and a thread-local message. Nothing throws past here.
+// The C boundary of plans and runtimes: every entry point runs its body through guard()
+// (c_boundary.h), so nothing throws past here.
 #include <cstring>
 #include <new>
 #include <string>
@@ -7,11 +7,13 @@
 
 #include "autovm/autovm.h"
 #include "backend.h"
+#include "c_boundary.h"
 #include "residency_layout.h"
 #include "executor.h"
 #include "plan.h"
 
 using autovm::rt::Error;
+using autovm::rt::guard;
 
 struct autovm_plan {
   std::shared_ptr<const autovm::rt::Plan> plan;
@@ -23,36 +25,6 @@ struct autovm_runtime {
 };
 
 namespace {
-
-thread_local std::string g_last_error;
-
-void set_error(const char* message) noexcept {
-  try {
-    g_last_error = message;
-  } catch (...) {
-    g_last_error.clear();  // no memory for the message: an empty one
-  }
-}
-
-template <typename F>
-autovm_status guard(F&& body) noexcept {
-  try {
-    body();
-    return AUTOVM_OK;
-  } catch (const Error& e) {
-    set_error(e.what());
-    return e.status();
-  } catch (const std::bad_alloc&) {
-    set_error("out of host memory");
-    return AUTOVM_ERR_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    set_error(e.what());
-    return AUTOVM_ERR_BACKEND;
-  } catch (...) {
-    set_error("unknown internal error");
-    return AUTOVM_ERR_BACKEND;
-  }
-}
 
 template <typename T>
 void need(const T* p, const char* function, const char* argument) {
@@ -153,25 +125,28 @@ std::unique_ptr<autovm::rt::Backend> make_cuda(const autovm::rt::Plan& p,
 
 }  // namespace
 
+// Each entry point names itself in `self`: inside the guard's lambda __func__ is "operator()".
 extern "C" {
 
 int autovm_version(void) { return AUTOVM_API_VERSION; }
 
-const char* autovm_last_error(void) { return g_last_error.c_str(); }
+const char* autovm_last_error(void) { return autovm::rt::last_error(); }
 
 autovm_status autovm_plan_load(const char* path, autovm_plan** out) {
+  const char* const self = __func__;
   return guard([&] {
-    need(path, __func__, "path");
-    need(out, __func__, "out");
+    need(path, self, "path");
+    need(out, self, "out");
     auto plan = std::make_shared<const autovm::rt::Plan>(autovm::rt::load_plan_file(path));
     *out = new autovm_plan{std::move(plan)};
   });
 }
 
 autovm_status autovm_plan_load_from_memory(const void* data, size_t size, autovm_plan** out) {
+  const char* const self = __func__;
   return guard([&] {
-    if (size > 0) need(data, __func__, "data");
-    need(out, __func__, "out");
+    if (size > 0) need(data, self, "data");
+    need(out, self, "out");
     std::string_view text(static_cast<const char*>(data), size);
     auto plan = std::make_shared<const autovm::rt::Plan>(autovm::rt::load_plan(text, "<memory>"));
     *out = new autovm_plan{std::move(plan)};
@@ -181,50 +156,56 @@ autovm_status autovm_plan_load_from_memory(const void* data, size_t size, autovm
 void autovm_plan_free(autovm_plan* plan) { delete plan; }
 
 autovm_status autovm_plan_tensor_count(const autovm_plan* plan, int32_t* out) {
+  const char* const self = __func__;
   return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
+    const auto& p = plan_of(plan, self);
+    need(out, self, "out");
     *out = static_cast<int32_t>(p.tensors.size());
   });
 }
 
 autovm_status autovm_plan_step_count(const autovm_plan* plan, int64_t* out) {
+  const char* const self = __func__;
   return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
+    const auto& p = plan_of(plan, self);
+    need(out, self, "out");
     *out = p.step_count();
   });
 }
 
 autovm_status autovm_plan_action_count(const autovm_plan* plan, int64_t* out) {
+  const char* const self = __func__;
   return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
+    const auto& p = plan_of(plan, self);
+    need(out, self, "out");
     *out = static_cast<int64_t>(p.actions.size());
   });
 }
 
 autovm_status autovm_plan_arena_bytes(const autovm_plan* plan, int64_t* out) {
+  const char* const self = __func__;
   return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
+    const auto& p = plan_of(plan, self);
+    need(out, self, "out");
     *out = p.arena_bytes;
   });
 }
 
 autovm_status autovm_plan_budget_bytes(const autovm_plan* plan, int64_t* out) {
+  const char* const self = __func__;
   return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
+    const auto& p = plan_of(plan, self);
+    need(out, self, "out");
     *out = p.budget_bytes;
   });
 }
 
 autovm_status autovm_plan_tensor_by_name(const autovm_plan* plan, const char* name, int32_t* id) {
+  const char* const self = __func__;
   return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(name, __func__, "name");
-    need(id, __func__, "id");
+    const auto& p = plan_of(plan, self);
+    need(name, self, "name");
+    need(id, self, "id");
     auto it = p.by_name.find(name);
     if (it == p.by_name.end())
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
@@ -235,10 +216,11 @@ autovm_status autovm_plan_tensor_by_name(const autovm_plan* plan, const char* na
 }
 
 autovm_status autovm_plan_tensor_info(const autovm_plan* plan, int32_t id, autovm_tensor_info* out) {
+  const char* const self = __func__;
   return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
-    check_tensor(p, id, __func__);
+    const auto& p = plan_of(plan, self);
+    need(out, self, "out");
+    check_tensor(p, id, self);
     const auto& t = p.tensors[static_cast<size_t>(id)];
     *out = autovm_tensor_info{t.id,    t.name.c_str(), t.kind, t.dtype.c_str(),         t.bytes,
                               t.offset, t.first,       t.last, t.persistent ? 1 : 0};
@@ -246,10 +228,11 @@ autovm_status autovm_plan_tensor_info(const autovm_plan* plan, int32_t id, autov
 }
 
 autovm_status autovm_plan_step_info(const autovm_plan* plan, int64_t step, autovm_step_info* out) {
+  const char* const self = __func__;
   return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
-    check_step(p, step, __func__);
+    const auto& p = plan_of(plan, self);
+    need(out, self, "out");
+    check_step(p, step, self);
     const auto& s = p.steps[static_cast<size_t>(step)];
     *out = autovm_step_info{s.id,           s.op.c_str(),      s.phase.c_str(),
                             s.node.c_str(), s.inputs.data(),   s.inputs.size(),
@@ -259,12 +242,13 @@ autovm_status autovm_plan_step_info(const autovm_plan* plan, int64_t step, autov
 
 autovm_status autovm_plan_action_info(const autovm_plan* plan, int64_t index,
                                       autovm_action_info* out) {
+  const char* const self = __func__;
   return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
+    const auto& p = plan_of(plan, self);
+    need(out, self, "out");
     if (index < 0 || static_cast<size_t>(index) >= p.actions.size())
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
-                  std::string(__func__) + ": action " + std::to_string(index) +
+                  std::string(self) + ": action " + std::to_string(index) +
                       " is out of range [0, " + std::to_string(p.actions.size()) + ")");
     const auto& a = p.actions[static_cast<size_t>(index)];
     *out = autovm_action_info{a.kind,        a.tensor,      a.bytes, a.after_step,
@@ -273,43 +257,45 @@ autovm_status autovm_plan_action_info(const autovm_plan* plan, int64_t index,
 }
 
 autovm_status autovm_runtime_options_init(autovm_runtime_options* options) {
+  const char* const self = __func__;
   return guard([&] {
-    need(options, __func__, "options");
+    need(options, self, "options");
     *options = default_options();
   });
 }
 
 autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtime_options* options,
                                     autovm_runtime** out) {
+  const char* const self = __func__;
   return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
+    const auto& p = plan_of(plan, self);
+    need(out, self, "out");
     autovm_runtime_options o = default_options();
     if (options != nullptr) o = *options;
     if (o.budget_bytes < 0 || o.host_arena_cap_bytes < 0)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
-                  std::string(__func__) + ": budget_bytes and host_arena_cap_bytes must be >= 0 "
+                  std::string(self) + ": budget_bytes and host_arena_cap_bytes must be >= 0 "
                                           "(0: the default)");
     const autovm_mode mode = checked_mode(o.mode);
     if (kind_of(o.backend) == AUTOVM_BACKEND_HOST && mode == AUTOVM_MODE_DEMAND_PAGING)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
-                  std::string(__func__) + ": demand paging needs the CUDA backend (pages fault "
+                  std::string(self) + ": demand paging needs the CUDA backend (pages fault "
                                           "back only in managed memory)");
     const int kind = kind_of(o.backend);
     if (kind != AUTOVM_BACKEND_HOST && kind != AUTOVM_BACKEND_CUDA)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
-                  std::string(__func__) + ": unknown backend " + std::to_string(kind));
+                  std::string(self) + ": unknown backend " + std::to_string(kind));
     // The arena packed by residency where evicted bytes wait in the backend's own host buffers.
     const auto layout = int_of(o.layout);
     if (layout < AUTOVM_LAYOUT_AUTO || layout > AUTOVM_LAYOUT_PACKED)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
-                  std::string(__func__) + ": unknown layout " + std::to_string(layout));
+                  std::string(self) + ": unknown layout " + std::to_string(layout));
     const bool can_pack =
         mode == AUTOVM_MODE_PLAN &&
         (kind == AUTOVM_BACKEND_HOST || resolve_mechanism(o.mechanism, p) == AUTOVM_MECHANISM_MAPPED);
     if (layout == AUTOVM_LAYOUT_PACKED && !can_pack)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
-                  std::string(__func__) + ": a packed arena needs mode PLAN and the host backend "
+                  std::string(self) + ": a packed arena needs mode PLAN and the host backend "
                                           "or the mapped mechanism (managed memory keeps an "
                                           "evicted tensor's bytes in its range)");
     std::shared_ptr<const autovm::rt::Plan> laid_out = plan->plan;
@@ -336,72 +322,81 @@ autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtim
 void autovm_runtime_free(autovm_runtime* rt) { delete rt; }
 
 autovm_status autovm_step_begin(autovm_runtime* rt, int64_t step, void* stream) {
+  const char* const self = __func__;
   return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    check_step(e.plan(), step, __func__);
+    auto& e = executor_of(rt, self);
+    check_step(e.plan(), step, self);
     e.step_begin(step, stream);
   });
 }
 
 autovm_status autovm_step_end(autovm_runtime* rt, int64_t step, void* stream) {
+  const char* const self = __func__;
   return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    check_step(e.plan(), step, __func__);
+    auto& e = executor_of(rt, self);
+    check_step(e.plan(), step, self);
     e.step_end(step, stream);
   });
 }
 
 autovm_status autovm_tensor_pointer(autovm_runtime* rt, int32_t id, void** ptr) {
+  const char* const self = __func__;
   return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    need(ptr, __func__, "ptr");
-    check_tensor(e.plan(), id, __func__);
+    auto& e = executor_of(rt, self);
+    need(ptr, self, "ptr");
+    check_tensor(e.plan(), id, self);
     *ptr = e.pointer(id);
   });
 }
 
 autovm_status autovm_tensor_bind(autovm_runtime* rt, int32_t id, void* ptr, int64_t bytes) {
+  const char* const self = __func__;
   return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    check_tensor(e.plan(), id, __func__);
+    auto& e = executor_of(rt, self);
+    check_tensor(e.plan(), id, self);
     e.bind(id, ptr, bytes);
   });
 }
 
 autovm_status autovm_tensor_residency(const autovm_runtime* rt, int32_t id, autovm_residency* out) {
+  const char* const self = __func__;
   return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    need(out, __func__, "out");
-    check_tensor(e.plan(), id, __func__);
+    auto& e = executor_of(rt, self);
+    need(out, self, "out");
+    check_tensor(e.plan(), id, self);
     *out = e.residency(id);
   });
 }
 
 autovm_status autovm_touch(autovm_runtime* rt, int64_t step, int32_t id) {
+  const char* const self = __func__;
   return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    check_tensor(e.plan(), id, __func__);
+    auto& e = executor_of(rt, self);
+    check_tensor(e.plan(), id, self);
     e.touch(step, id);
   });
 }
 
 autovm_status autovm_runtime_stats(const autovm_runtime* rt, autovm_stats* out) {
+  const char* const self = __func__;
   return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    need(out, __func__, "out");
+    auto& e = executor_of(rt, self);
+    need(out, self, "out");
     *out = e.stats();
   });
 }
 
 autovm_status autovm_runtime_stats_reset(autovm_runtime* rt) {
-  return guard([&] { executor_of(rt, __func__).reset_stats(); });
+  const char* const self = __func__;
+  return guard([&] { executor_of(rt, self).reset_stats(); });
 }
 
 autovm_status autovm_step_stall_us(const autovm_runtime* rt, int64_t step, double* out) {
+  const char* const self = __func__;
   return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    need(out, __func__, "out");
-    check_step(e.plan(), step, __func__);
+    auto& e = executor_of(rt, self);
+    need(out, self, "out");
+    check_step(e.plan(), step, self);
     *out = e.step_stall_us(step);
   });
 }

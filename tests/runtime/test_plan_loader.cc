@@ -53,6 +53,19 @@ TEST_CASE("a missing file is AUTOVM_ERR_IO naming the path") {
   CHECK(std::string(autovm_last_error()).find("/nonexistent/plan.json") != std::string::npos);
 }
 
+TEST_CASE("a NULL argument is AUTOVM_ERR_INVALID_ARGUMENT naming the function and argument") {
+  autovm_plan* plan = nullptr;
+  CHECK(autovm_plan_load(nullptr, &plan) == AUTOVM_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(autovm_last_error()) == "autovm_plan_load: path is NULL");
+  int32_t count = 0;
+  CHECK(autovm_plan_tensor_count(nullptr, &count) == AUTOVM_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(autovm_last_error()) == "autovm_plan_tensor_count: plan is NULL");
+  void* base = nullptr;
+  int64_t bytes = 0;
+  CHECK(autovm_pool_find(nullptr, &count, &base, &bytes) == AUTOVM_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(autovm_last_error()) == "autovm_pool_find: pool is NULL");
+}
+
 // Each case: an edit of evict.json, and words the message must contain.
 struct Malformed {
   const char* what;

@@ -301,6 +301,113 @@ AUTOVM_EXPORT autovm_status autovm_runtime_stats_reset(autovm_runtime* rt);
 AUTOVM_EXPORT autovm_status autovm_step_stall_us(const autovm_runtime* rt, int64_t step,
                                                  double* out);
 
+/* --- Memory pools: the trainer's own tensors on memory the runtime owns ------------------
+ *
+ * Contract. A pool sub-allocates one device's memory, got in bulk, to many allocations (no
+ * cudaMallocManaged or cudaFree per allocation), and orders reuse by stream: a block freed on
+ * stream A is reusable at once by A; another stream B that takes it is first made to wait, on
+ * the device, for everything enqueued on A so far (an event recorded on A, cudaStreamWaitEvent
+ * on B). The host never waits, except in autovm_pool_trim, autovm_pool_free, and a vmm
+ * allocation that only fits once unused chunks are given back (these synchronise the device
+ * first, so no queued kernel can touch what is released). Streams passed in must outlive the blocks freed
+ * on them (or a trim). Sizes are rounded up to 512 bytes; a 0-byte allocation is NULL.
+ *
+ *   managed  one cudaMallocManaged range of the capacity, advised preferred-location and
+ *            accessed-by the device; each 2 MiB chunk is prefetched to the device on the
+ *            allocating stream when an allocation first reaches it, and stays there until the
+ *            pool is freed (managed pages go back to the device only with the range).
+ *   vmm      one reserved address range of twice the capacity (cuMemAddressReserve); device
+ *            memory is created and mapped into it in chunks of the allocation granularity
+ *            (2 MiB on an H200) as allocations reach them, and stays mapped when they are freed,
+ *            until a trim unmaps and releases every chunk no allocation uses: the physical
+ *            pages really go back to the device (cudaMemGetInfo rises).
+ *
+ * Safety. The capacity (device memory the pool may hold: populated or mapped chunks) is
+ * refused at creation when it is larger than the device's free memory less free_margin_bytes,
+ * and managed chunks are not populated when the device has less than that free then, unless
+ * allow_oversubscribe is set (managed memory only; on a shared GPU oversubscribed managed
+ * memory can hang the device for everyone). A failed allocation is AUTOVM_ERR_OUT_OF_MEMORY,
+ * and its message gives the request, the bytes in use and held, and the capacity.
+ *
+ * Threads. A pool may be used by several threads at once. */
+typedef enum autovm_pool_memory {
+  AUTOVM_POOL_MANAGED = 0,
+  AUTOVM_POOL_VMM = 1
+} autovm_pool_memory;
+
+typedef struct autovm_pool autovm_pool;
+
+typedef struct autovm_pool_options {
+  autovm_pool_memory memory;  /* AUTOVM_POOL_MANAGED */
+  int device;                 /* the CUDA device (0) */
+  int64_t capacity_bytes;     /* most device memory the pool holds (0: the device's free
+                                 memory at creation less the margin) */
+  int64_t free_margin_bytes;  /* device memory left free (0: 1 GiB) */
+  int allow_oversubscribe;    /* managed only: 1 allows a capacity beyond the free memory.
+                                 Only for a GPU that is yours alone */
+} autovm_pool_options;
+
+typedef struct autovm_pool_stats {
+  int64_t allocated_bytes;      /* SUM: bytes asked for by the live allocations */
+  int64_t peak_allocated_bytes; /* most allocated_bytes since creation or the last reset */
+  int64_t resident_bytes;       /* device memory the pool holds now (populated or mapped
+                                   chunks) */
+  int64_t peak_resident_bytes;  /* most resident_bytes since creation or the last reset */
+  int64_t capacity_bytes;       /* the most resident_bytes may reach */
+  int64_t allocations;          /* COUNT: live allocations */
+  int64_t alloc_calls;          /* COUNT: allocations asked for, 0 bytes included */
+  int64_t free_calls;           /* COUNT: frees */
+  int64_t cross_stream_waits;   /* COUNT: allocations ordered after another stream's frees */
+  int64_t failed_allocations;   /* COUNT: allocations refused */
+  int64_t last_failed_bytes;    /* the bytes the last refused allocation asked for (0: none) */
+  int64_t released_bytes;       /* SUM: device memory given back by trims */
+} autovm_pool_stats;
+
+/* Defaults: managed, device 0, capacity from the free memory, a 1 GiB margin. */
+AUTOVM_EXPORT autovm_status autovm_pool_options_init(autovm_pool_options* options);
+/* options may be NULL (the defaults). Reserves the address range (no memory behind it yet). */
+AUTOVM_EXPORT autovm_status autovm_pool_create(const autovm_pool_options* options,
+                                               autovm_pool** out);
+/* Synchronises the device and releases all the pool's memory: live allocations dangle. */
+AUTOVM_EXPORT void autovm_pool_free(autovm_pool* pool); /* NULL is fine */
+/* `bytes` >= 0 used from `stream` (cudaStream_t; NULL: the legacy default stream). */
+AUTOVM_EXPORT autovm_status autovm_pool_alloc(autovm_pool* pool, int64_t bytes, void* stream,
+                                              void** out);
+/* Frees an allocation (NULL is fine); `stream` is the one whose work last used it (PyTorch
+ * passes the allocation's stream). */
+AUTOVM_EXPORT autovm_status autovm_pool_dealloc(autovm_pool* pool, void* ptr, void* stream);
+/* The live allocation that `address` lies in: [*base, *base + *bytes), bytes as asked for;
+ * *base NULL and *bytes 0 (AUTOVM_OK) when it lies in none. */
+AUTOVM_EXPORT autovm_status autovm_pool_find(const autovm_pool* pool, const void* address,
+                                             void** base, int64_t* bytes);
+AUTOVM_EXPORT autovm_status autovm_pool_stats_get(const autovm_pool* pool,
+                                                  autovm_pool_stats* out);
+/* The peaks start again from the current figures. */
+AUTOVM_EXPORT autovm_status autovm_pool_reset_peaks(autovm_pool* pool);
+/* Synchronises the device, then gives back the vmm chunks no allocation uses (managed pools
+ * give nothing back); every free block is then reusable by any stream without a wait. */
+AUTOVM_EXPORT autovm_status autovm_pool_trim(autovm_pool* pool);
+
+/* --- PyTorch's allocator hooks ------------------------------------------------------------
+ * The process's torch pool, behind torch.cuda.memory.CUDAPluggableAllocator (python/autovm/
+ * allocator.py installs it). autovm_torch_configure sets its options before its first use;
+ * otherwise it is created on first use from the environment: AUTOVM_POOL_MEMORY (managed or
+ * vmm), AUTOVM_POOL_CAPACITY (bytes), AUTOVM_POOL_ALLOW_OVERSUBSCRIBE (1). */
+AUTOVM_EXPORT autovm_status autovm_torch_configure(const autovm_pool_options* options);
+/* The torch pool, created if need be (AUTOVM_ERR_STATE after a failed creation). */
+AUTOVM_EXPORT autovm_status autovm_torch_pool(autovm_pool** out);
+/* The hooks, with the signatures CUDAPluggableAllocator calls (stream: a cudaStream_t).
+ * autovm_torch_alloc is not a C API function: it is called by PyTorch's C++ only, and throws
+ * std::runtime_error (its message beginning "autovm_torch_alloc: out of memory" with the
+ * pool's figures) when it cannot allocate, which PyTorch raises in Python as a RuntimeError
+ * (a NULL result would become a tensor at address 0). autovm_torch_segment_alloc returns NULL
+ * instead, for a torch.cuda.MemPool, whose caching allocator raises its own out-of-memory
+ * error on NULL. autovm_torch_free never throws; an error there is kept for
+ * autovm_last_error. */
+AUTOVM_EXPORT void* autovm_torch_alloc(size_t size, int device, void* stream);
+AUTOVM_EXPORT void* autovm_torch_segment_alloc(size_t size, int device, void* stream);
+AUTOVM_EXPORT void autovm_torch_free(void* ptr, size_t size, int device, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

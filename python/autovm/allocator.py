@@ -1,0 +1,177 @@
+"""PyTorch's CUDA tensors on memory libautovm owns: its stream-ordered pools
+(runtime/include/autovm/autovm.h, "Memory pools") as PyTorch's allocator.
+
+    from autovm import allocator
+    allocator.install("managed")        # or "vmm"; before the first CUDA tensor
+    with allocator.out_of_memory_errors():
+        ...train as usual...
+    print(allocator.stats())            # current and peak allocated / resident bytes
+
+How it is installed, and why. install() makes the pool PyTorch's one CUDA allocator
+(torch.cuda.memory.CUDAPluggableAllocator + change_current_allocator). The pool then sees
+every tensor at its exact size and address, with the stream current at its allocation: what
+an executor needs to bind plan tensors to real tensors (find()) and to move their pages. The
+other way, a torch.cuda.MemPool over the same pool (install_mempool()), keeps PyTorch's
+caching allocator on top: the pool only sees segments (2 MiB, 20 MB or the request rounded to
+2 MiB) that the cache splits among tensors, so a tensor's range is not an allocation of the
+pool and freed tensors stay in PyTorch's cache. A MemPool is also thread-local (autograd's
+backward thread does not allocate from it unless torch.autograd.set_multithreading_enabled is
+False). tools/bench/allocator_overhead.py times both against the caching allocator.
+
+Limits of the global allocator (README.md, "Memory the runtime owns"):
+torch.cuda.memory_allocated / max_memory_allocated / memory_stats raise (use stats()),
+cudnn.benchmark fails, CUDA graphs do not work, torch.cuda.empty_cache() does nothing (use
+trim()). An exhausted pool raises a RuntimeError from inside PyTorch: out_of_memory_errors()
+turns it into torch.cuda.OutOfMemoryError carrying the pool's figures.
+"""
+import contextlib
+import ctypes
+
+from ._lib import Library, PoolOptions, PoolStats
+from .errors import AutoVMError
+
+MEMORIES = {"managed": 0, "vmm": 1}
+OOM_MARK = "autovm_torch_alloc: out of memory"
+
+_state = {"lib": None, "mode": None}
+
+
+def _options(lib, memory, capacity_bytes, allow_oversubscribe, device):
+    if memory not in MEMORIES:
+        raise AutoVMError(f"allocator memory {memory!r}: use one of {sorted(MEMORIES)}")
+    if int(capacity_bytes) < 0:
+        raise AutoVMError(f"allocator capacity_bytes is {capacity_bytes}: give bytes >= 0 "
+                          "(0: the device's free memory less 1 GiB)")
+    o = PoolOptions()
+    lib.call("autovm_pool_options_init", ctypes.byref(o))
+    o.memory = MEMORIES[memory]
+    o.device = int(device)
+    o.capacity_bytes = int(capacity_bytes)
+    o.allow_oversubscribe = 1 if allow_oversubscribe else 0
+    return o
+
+
+def _configure(memory, capacity_bytes, allow_oversubscribe, device, lib_path):
+    if _state["lib"] is not None:
+        raise AutoVMError("autovm.allocator is installed already: once a process")
+    lib = Library.get(lib_path)
+    if not lib._lib.autovm_cuda_built():
+        raise AutoVMError(f"{lib.path} was built without CUDA: rebuild it with -Dcuda=enabled")
+    lib.call("autovm_torch_configure", ctypes.byref(
+        _options(lib, memory, capacity_bytes, allow_oversubscribe, device)))
+    return lib
+
+
+def install(memory="managed", capacity_bytes=0, allow_oversubscribe=False, device=0,
+            lib_path=None):
+    """Makes libautovm's pool PyTorch's CUDA allocator, for the rest of the process.
+
+    memory: "managed" (one cudaMallocManaged range advised to the device) or "vmm" (device
+    memory mapped in 2 MiB chunks; trim() gives it back). capacity_bytes: the most device memory the
+    pool holds (0: the device's free memory less 1 GiB); more than is free is refused unless
+    allow_oversubscribe (managed only: on a GPU that is yours alone). device: the device index
+    the process trains on (the pool serves one). Call it before anything allocates CUDA memory:
+    PyTorch cannot swap its allocator afterwards."""
+    import torch
+
+    lib = _configure(memory, capacity_bytes, allow_oversubscribe, device, lib_path)
+    hooks = torch.cuda.memory.CUDAPluggableAllocator(lib.path, "autovm_torch_alloc",
+                                                     "autovm_torch_free")
+    try:
+        torch.cuda.memory.change_current_allocator(hooks)
+    except RuntimeError as e:
+        raise AutoVMError(f"cannot install the autovm allocator: {e}. Install it before the "
+                          "first CUDA tensor (and before torch.cuda.set_device or "
+                          "current_device, which start PyTorch's allocator)") from None
+    _state.update(lib=lib, mode="global", hooks=hooks)
+
+
+def install_mempool(memory="managed", capacity_bytes=0, allow_oversubscribe=False, device=0,
+                    lib_path=None):
+    """The same pool behind a torch.cuda.MemPool (PyTorch's caching allocator on top; see the
+    module's note). Returns the MemPool: allocate under `with torch.cuda.use_mem_pool(pool):`,
+    with torch.autograd.set_multithreading_enabled(False) so that backward allocates there too.
+    PyTorch's statistics keep working; an exhausted pool raises torch.cuda.OutOfMemoryError."""
+    import torch
+
+    lib = _configure(memory, capacity_bytes, allow_oversubscribe, device, lib_path)
+    hooks = torch.cuda.memory.CUDAPluggableAllocator(lib.path, "autovm_torch_segment_alloc",
+                                                     "autovm_torch_free")
+    pool = torch.cuda.MemPool(hooks.allocator())
+    _state.update(lib=lib, mode="mempool", hooks=hooks, mempool=pool)
+    return pool
+
+
+def installed():
+    """"global", "mempool" or None."""
+    return _state["mode"]
+
+
+def _pool():
+    lib = _state["lib"]
+    if lib is None:
+        raise AutoVMError("autovm.allocator is not installed: call allocator.install() first")
+    handle = ctypes.c_void_p()
+    lib.call("autovm_torch_pool", ctypes.byref(handle))
+    return lib, handle
+
+
+def stats():
+    """The pool's figures (autovm_pool_stats): allocated_bytes (asked for by live tensors),
+    resident_bytes (device memory held), their peaks, capacity_bytes, counts."""
+    lib, handle = _pool()
+    s = PoolStats()
+    lib.call("autovm_pool_stats_get", handle, ctypes.byref(s))
+    return {name: getattr(s, name) for name, _ in PoolStats._fields_}
+
+
+def reset_peaks():
+    lib, handle = _pool()
+    lib.call("autovm_pool_reset_peaks", handle)
+
+
+def trim():
+    """Synchronises the device and gives back the memory no tensor uses (vmm chunks; a managed
+    pool keeps its pages)."""
+    lib, handle = _pool()
+    lib.call("autovm_pool_trim", handle)
+
+
+def find(address):
+    """(base, bytes) of the live allocation `address` lies in, or None."""
+    lib, handle = _pool()
+    base, size = ctypes.c_void_p(), ctypes.c_int64()
+    lib.call("autovm_pool_find", handle, ctypes.c_void_p(int(address)), ctypes.byref(base),
+             ctypes.byref(size))
+    return (base.value, size.value) if base.value else None
+
+
+def _gib(b):
+    return f"{b / 2**30:.2f} GiB"
+
+
+def describe():
+    """One line of the pool's figures, for messages."""
+    s = stats()
+    return (f"autovm pool: {_gib(s['allocated_bytes'])} allocated in {s['allocations']} "
+            f"tensors (peak {_gib(s['peak_allocated_bytes'])}), {_gib(s['resident_bytes'])} "
+            f"held of a capacity of {_gib(s['capacity_bytes'])}; the refused request was "
+            f"{_gib(s['last_failed_bytes'])}")
+
+
+@contextlib.contextmanager
+def out_of_memory_errors():
+    """Inside: an allocation the pool refuses raises torch.cuda.OutOfMemoryError with the
+    pool's figures (under the global allocator PyTorch reports it as a RuntimeError)."""
+    import torch
+
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError as e:
+        if _state["lib"] is None:
+            raise
+        raise torch.cuda.OutOfMemoryError(f"{e}\n{describe()}") from e
+    except RuntimeError as e:
+        if OOM_MARK not in str(e) or _state["lib"] is None:
+            raise
+        raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. {e}\n{describe()}") from e

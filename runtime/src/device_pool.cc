@@ -1,0 +1,396 @@
+// The CUDA half of the pool (device_pool.h): where SubAllocator's region comes from, how blocks
+// taken from another stream are ordered, and how memory goes back. Either way the pool is one
+// region, an address range, with device memory behind it in chunks:
+//
+//   managed  one cudaMallocManaged range of the capacity, advised preferred-location and
+//            accessed-by the device: no pages until they are touched, and the capacity is at
+//            most the device's free memory at creation less the margin. A chunk (2 MiB) is
+//            populated, prefetched to the device on the allocating stream, when an allocation
+//            first reaches it (so kernels never fault), once the device has that much free
+//            memory less the margin; populated chunks stay until the pool goes (the driver
+//            gives managed pages back only with the range).
+//   vmm      an address range of twice the capacity, so that fragmentation of the addresses
+//            never refuses what the capacity allows. Chunk i (the allocation granularity) is
+//            mapped while an allocation overlaps it, counted in users_[i]; a chunk whose users
+//            drop to 0 stays mapped (a training step frees and reallocates the same bytes each
+//            step: remapping would cost 61 + 46 us a 2 MiB chunk on the H200) until trim().
+//
+// One range, not one per request: per-request ranges fragmented VGG-19's training (tensors of
+// 3.29 GB each took a range of their own, later split by small tensors) to twice its bytes.
+//
+// Ordering: a block SubAllocator hands over with another stream's tag is reused only after
+// cudaEventRecord(tag's stream) + cudaStreamWaitEvent(allocating stream). One event serves every
+// such wait: a wait takes the event's latest record at the time it is enqueued.
+//
+// Giving memory back (trim, or a vmm allocation over the capacity) first synchronises the
+// device: a kernel still queued on a freed block must not find its pages gone.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda_driver.h"
+#include "device_pool.h"
+
+namespace autovm::rt {
+namespace {
+
+constexpr size_t kManagedChunk = size_t{2} << 20;
+
+int64_t round_up(int64_t bytes, int64_t unit) { return (bytes + unit - 1) / unit * unit; }
+
+// Restores the calling thread's current device (PyTorch's) on the way out.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+class CudaPool final : public DevicePool {
+ public:
+  explicit CudaPool(const DevicePoolOptions& options) : options_(options) {
+    int count = 0;
+    check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+    if (options.device < 0 || options.device >= count)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                  "autovm_pool_create: CUDA device " + std::to_string(options.device) +
+                      " does not exist (" + std::to_string(count) + " devices)");
+    DeviceGuard guard(options.device);
+    if (options.memory == AUTOVM_POOL_MANAGED) {
+      int managed = 0;
+      check(cudaDeviceGetAttribute(&managed, cudaDevAttrManagedMemory, options.device),
+            "cudaDeviceGetAttribute(ManagedMemory)");
+      if (!managed)
+        throw Error(AUTOVM_ERR_BACKEND, "autovm_pool_create: CUDA device " +
+                                            std::to_string(options.device) +
+                                            " has no managed memory: use the vmm pool");
+    }
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    const int64_t usable = static_cast<int64_t>(free) - options.free_margin_bytes;
+    capacity_ = options.capacity_bytes > 0 ? options.capacity_bytes : usable;
+    const bool oversubscribe = options.memory == AUTOVM_POOL_MANAGED && options.allow_oversubscribe;
+    if (capacity_ <= 0 || (capacity_ > usable && !oversubscribe))
+      throw Error(AUTOVM_ERR_OUT_OF_MEMORY,
+                  "autovm_pool_create: a capacity of " + gib(capacity_) + " does not fit the " +
+                      gib(static_cast<int64_t>(free)) + " free on CUDA device " +
+                      std::to_string(options.device) + " less the margin of " +
+                      gib(options.free_margin_bytes) +
+                      "; ask for less (capacity_bytes)" +
+                      (options.memory == AUTOVM_POOL_MANAGED
+                           ? ", or set allow_oversubscribe if this GPU is yours alone"
+                           : ""));
+    if (options.memory == AUTOVM_POOL_VMM) {
+      reserve_addresses();
+    } else {
+      allocate_managed();
+    }
+    const cudaError_t created = cudaEventCreateWithFlags(&order_event_, cudaEventDisableTiming);
+    if (created != cudaSuccess && va_base_) vmm_.address_free(va_base_, va_bytes_);
+    if (created != cudaSuccess && managed_base_) cudaFree(managed_base_);
+    check(created, "cudaEventCreate");
+  }
+
+  ~CudaPool() override {
+    cudaSetDevice(options_.device);
+    cudaDeviceSynchronize();
+    if (managed_base_) cudaFree(managed_base_);
+    if (va_base_) {
+      for (size_t i = 0; i < handles_.size(); ++i)
+        if (handles_[i]) {
+          vmm_.unmap(chunk_address(i), chunk_);
+          vmm_.release(handles_[i]);
+        }
+      vmm_.address_free(va_base_, va_bytes_);
+    }
+    if (order_event_) cudaEventDestroy(order_event_);
+  }
+
+  int device() const override { return options_.device; }
+
+  void* allocate(int64_t bytes, int device, void* stream) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.alloc_calls;
+    if (bytes < 0)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                  "bytes is negative (" + std::to_string(bytes) + ")");
+    if (device != options_.device)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                  "device " + std::to_string(device) +
+                      " asked of a pool of device " + std::to_string(options_.device) +
+                      " (one pool a device: a process a GPU)");
+    if (bytes == 0) return nullptr;
+    const auto tag = reinterpret_cast<SubAllocator::Tag>(stream);
+    auto taken = take(bytes, tag);
+    if (!taken) {
+      ++stats_.failed_allocations;
+      stats_.last_failed_bytes = bytes;
+      throw Error(AUTOVM_ERR_OUT_OF_MEMORY, out_of_memory(bytes));
+    }
+    if (taken->after != tag && taken->after != SubAllocator::kAnyStream) {
+      auto* after = reinterpret_cast<cudaStream_t>(taken->after);
+      check(cudaEventRecord(order_event_, after), "cudaEventRecord on the freeing stream");
+      check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), order_event_, 0),
+            "cudaStreamWaitEvent on the allocating stream");
+      ++stats_.cross_stream_waits;
+    }
+    stats_.allocated_bytes = static_cast<int64_t>(sub_.requested_bytes());
+    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    return reinterpret_cast<void*>(taken->address);
+  }
+
+  void deallocate(void* ptr, void* stream) override {
+    if (ptr == nullptr) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.free_calls;
+    const auto freed = sub_.free(reinterpret_cast<uintptr_t>(ptr),
+                                 reinterpret_cast<SubAllocator::Tag>(stream));
+    if (va_base_) unuse_chunks(freed.address, freed.bytes);
+    stats_.allocated_bytes = static_cast<int64_t>(sub_.requested_bytes());
+  }
+
+  std::optional<SubAllocator::Allocation> find(const void* address) const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return sub_.find(reinterpret_cast<uintptr_t>(address));
+  }
+
+  autovm_pool_stats stats() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    autovm_pool_stats s = stats_;
+    s.resident_bytes = resident_;
+    s.capacity_bytes = capacity_;
+    s.allocations = static_cast<int64_t>(sub_.allocation_count());
+    return s;
+  }
+
+  void reset_peaks() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.peak_allocated_bytes = stats_.allocated_bytes;
+    stats_.peak_resident_bytes = resident_;
+  }
+
+  void trim() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_unused();
+  }
+
+ private:
+  // A block for `bytes`, its chunks populated or mapped; nullopt when the capacity (or the
+  // device's free memory, for managed chunks) refuses.
+  std::optional<SubAllocator::Taken> take(int64_t bytes, SubAllocator::Tag tag) {
+    auto taken = sub_.allocate(static_cast<uint64_t>(bytes), tag);
+    if (!taken) return std::nullopt;  // the address range is full
+    if (managed_base_) {
+      if (populate(taken->address, taken->bytes, tag)) return taken;
+      sub_.free(taken->address, taken->after);
+      return std::nullopt;
+    }
+    if (!use_chunks(taken->address, taken->bytes)) {
+      release_unused();  // synchronises: every free block is then kAnyStream
+      if (!use_chunks(taken->address, taken->bytes)) {
+        sub_.free(taken->address, SubAllocator::kAnyStream);
+        return std::nullopt;
+      }
+    }
+    return taken;
+  }
+
+  cudaMemLocation device_location() const {
+    cudaMemLocation l{};
+    l.type = cudaMemLocationTypeDevice;
+    l.id = options_.device;
+    return l;
+  }
+
+  void allocate_managed() {
+    managed_bytes_ = static_cast<size_t>(capacity_) / kManagedChunk * kManagedChunk;
+    if (managed_bytes_ == 0)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT, "autovm_pool_create: a managed pool needs a "
+                                               "capacity of at least 2 MiB");
+    check(cudaMallocManaged(&managed_base_, managed_bytes_, cudaMemAttachGlobal),
+          "cudaMallocManaged of the pool (" + gib(static_cast<int64_t>(managed_bytes_)) + ")");
+    try {
+      check(cudaMemAdvise(managed_base_, managed_bytes_, cudaMemAdviseSetPreferredLocation,
+                          device_location()),
+            "cudaMemAdvise(SetPreferredLocation) of the pool");
+      check(cudaMemAdvise(managed_base_, managed_bytes_, cudaMemAdviseSetAccessedBy,
+                          device_location()),
+            "cudaMemAdvise(SetAccessedBy) of the pool");
+    } catch (...) {
+      cudaFree(managed_base_);
+      throw;
+    }
+    populated_.assign(managed_bytes_ / kManagedChunk, false);
+    sub_.add_region(reinterpret_cast<uintptr_t>(managed_base_), managed_bytes_);
+  }
+
+  // Prefetches to the device, on the allocating stream, the chunks of [address, address +
+  // bytes) no allocation has reached yet; false (nothing changed) when the device has not that
+  // much free memory less the margin now (unless oversubscription is allowed): another process
+  // may have taken what was free at the pool's creation.
+  bool populate(uintptr_t address, uint64_t bytes, SubAllocator::Tag tag) {
+    const auto base = reinterpret_cast<uintptr_t>(managed_base_);
+    const size_t first = (address - base) / kManagedChunk;
+    const size_t last = (address + bytes - 1 - base) / kManagedChunk;
+    int64_t needed = 0;
+    for (size_t i = first; i <= last; ++i)
+      if (!populated_[i]) needed += static_cast<int64_t>(kManagedChunk);
+    if (needed == 0) return true;
+    if (!options_.allow_oversubscribe) {
+      DeviceGuard guard(options_.device);
+      size_t free = 0, total = 0;
+      check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+      const int64_t margin = options_.free_margin_bytes;
+      if (needed > static_cast<int64_t>(free) - margin) return false;
+    }
+    const auto stream = tag == SubAllocator::kAnyStream ? nullptr
+                                                        : reinterpret_cast<cudaStream_t>(tag);
+    for (size_t i = first; i <= last;) {
+      if (populated_[i]) {
+        ++i;
+        continue;
+      }
+      size_t end = i;
+      while (end <= last && !populated_[end]) populated_[end++] = true;
+      check(cudaMemPrefetchAsync(reinterpret_cast<void*>(base + i * kManagedChunk),
+                                 (end - i) * kManagedChunk, device_location(), 0, stream),
+            "cudaMemPrefetchAsync of pool memory to the device");
+      i = end;
+    }
+    resident_ += needed;
+    stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
+    return true;
+  }
+
+  void reserve_addresses() {
+    vmm_ = Vmm::load();
+    prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop_.location.id = options_.device;
+    size_t granularity = 0;
+    check(vmm_.granularity(&granularity, &prop_, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+          "cuMemGetAllocationGranularity");
+    chunk_ = granularity;
+    const auto g = static_cast<int64_t>(granularity);
+    va_bytes_ = static_cast<size_t>(round_up(capacity_, g) * 2);
+    check(vmm_.reserve(&va_base_, va_bytes_, granularity, 0, 0),
+          "cuMemAddressReserve of " + gib(static_cast<int64_t>(va_bytes_)) + " of addresses");
+    handles_.assign(va_bytes_ / chunk_, 0);
+    users_.assign(va_bytes_ / chunk_, 0);
+    sub_.add_region(static_cast<uintptr_t>(va_base_), va_bytes_);
+  }
+
+  CUdeviceptr chunk_address(size_t i) const { return va_base_ + i * chunk_; }
+  std::pair<size_t, size_t> chunks_of(uintptr_t address, uint64_t bytes) const {
+    const size_t first = (address - va_base_) / chunk_;
+    const size_t last = (address + bytes - 1 - va_base_) / chunk_;
+    return {first, last};
+  }
+
+  // Maps what [address, address + bytes) needs and counts its users; false (nothing changed)
+  // when that would pass the capacity or the device refuses the memory.
+  bool use_chunks(uintptr_t address, uint64_t bytes) {
+    const auto [first, last] = chunks_of(address, bytes);
+    int64_t needed = 0;
+    for (size_t i = first; i <= last; ++i)
+      if (!handles_[i]) needed += static_cast<int64_t>(chunk_);
+    if (resident_ + needed > capacity_) return false;
+    std::vector<size_t> mapped_now;
+    for (size_t i = first; i <= last; ++i) {
+      if (handles_[i]) continue;
+      if (!map_chunk(i)) {
+        for (size_t j : mapped_now) unmap_chunk(j);
+        return false;
+      }
+      mapped_now.push_back(i);
+    }
+    for (size_t i = first; i <= last; ++i) ++users_[i];
+    return true;
+  }
+
+  void unuse_chunks(uintptr_t address, uint64_t bytes) {
+    const auto [first, last] = chunks_of(address, bytes);
+    for (size_t i = first; i <= last; ++i) --users_[i];
+  }
+
+  bool map_chunk(size_t i) {
+    CUmemGenericAllocationHandle h = 0;
+    if (vmm_.create(&h, chunk_, &prop_, 0) != CUDA_SUCCESS) return false;  // no device memory
+    const CUdeviceptr at = chunk_address(i);
+    check(vmm_.map(at, chunk_, 0, h, 0), "cuMemMap of a pool chunk");
+    CUmemAccessDesc access{};
+    access.location = prop_.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    check(vmm_.set_access(at, chunk_, &access, 1), "cuMemSetAccess of a pool chunk");
+    handles_[i] = h;
+    resident_ += static_cast<int64_t>(chunk_);
+    stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
+    return true;
+  }
+
+  void unmap_chunk(size_t i) {
+    check(vmm_.unmap(chunk_address(i), chunk_), "cuMemUnmap of a pool chunk");
+    check(vmm_.release(handles_[i]), "cuMemRelease of a pool chunk");
+    handles_[i] = 0;
+    resident_ -= static_cast<int64_t>(chunk_);
+    stats_.released_bytes += static_cast<int64_t>(chunk_);
+  }
+
+  // Synchronises the device, then gives back what no allocation uses.
+  void release_unused() {
+    DeviceGuard guard(options_.device);
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before giving pool memory back");
+    sub_.retag_free();
+    if (!va_base_) return;  // managed: populated pages go back only with the whole range
+    for (size_t i = 0; i < handles_.size(); ++i)
+      if (handles_[i] && users_[i] == 0) unmap_chunk(i);
+  }
+
+  std::string out_of_memory(int64_t bytes) const {
+    return "out of memory: cannot allocate " + gib(bytes) + " on CUDA device " +
+           std::to_string(options_.device) + " (" +
+           (options_.memory == AUTOVM_POOL_VMM ? "vmm" : "managed") + " pool): " +
+           gib(static_cast<int64_t>(sub_.requested_bytes())) + " allocated in " +
+           std::to_string(sub_.allocation_count()) + " allocations, " + gib(resident_) +
+           " held of a capacity of " + gib(capacity_) + ", largest free block " +
+           gib(static_cast<int64_t>(sub_.largest_free_block()));
+  }
+
+  DevicePoolOptions options_;
+  mutable std::mutex mutex_;
+  SubAllocator sub_;
+  int64_t capacity_ = 0;
+  int64_t resident_ = 0;
+  autovm_pool_stats stats_{};
+  cudaEvent_t order_event_ = nullptr;
+  // managed:
+  void* managed_base_ = nullptr;
+  size_t managed_bytes_ = 0;
+  std::vector<bool> populated_;  // chunk i prefetched to the device
+  // vmm:
+  Vmm vmm_;
+  CUmemAllocationProp prop_{};
+  CUdeviceptr va_base_ = 0;
+  size_t va_bytes_ = 0;
+  size_t chunk_ = 0;
+  std::vector<CUmemGenericAllocationHandle> handles_;  // 0: not mapped
+  std::vector<uint32_t> users_;                        // live allocations overlapping the chunk
+};
+
+}  // namespace
+
+std::unique_ptr<DevicePool> make_device_pool(const DevicePoolOptions& options) {
+  return std::make_unique<CudaPool>(options);
+}
+
+}  // namespace autovm::rt
