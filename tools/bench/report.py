@@ -219,12 +219,47 @@ def render_ddp(section_dir, spec):
                      "late prefetches"], rows)
 
 
+ALLOCATOR_NAMES = {"caching": "PyTorch's caching allocator", "managed": "libautovm pool, managed",
+                   "vmm": "libautovm pool, VMM", "mempool": "libautovm pool behind a MemPool"}
+
+
+def render_allocator_overhead(section_dir, spec):
+    """allocator_overhead.py --out: one row per model and allocator, the median over rounds of each
+    round's mean step time, as a ratio to the caching allocator's; DDP (one rank) rows after."""
+    rows = []
+    for path in files_of(section_dir, spec):
+        doc = load_json(path)
+        for model, by_alloc in doc["summary"].items():
+            base = by_alloc["caching"]["median_ms"]
+            held = {}
+            for r in doc["runs"]:
+                if r["model"] == model and not r.get("ddp"):
+                    held[r["allocator"]] = max(held.get(r["allocator"], 0),
+                                               r.get("pool", {}).get("peak_resident_bytes", 0))
+            for alloc, res in by_alloc.items():
+                rows.append([MODEL_NAMES.get(model, model), "single GPU", ALLOCATOR_NAMES.get(alloc, alloc),
+                             f"{res['median_ms']:.2f}", f"{res['median_ms'] / base:.4f}",
+                             f"{res['peak_allocated_bytes'] / 1e9:.2f}",
+                             f"{held[alloc] / 1e9:.2f}" if held.get(alloc) else "-", "-"])
+        ddp = doc.get("ddp") or []
+        base = {r["model"]: r["mean_ms"] for r in ddp if r["allocator"] == "caching"}
+        for r in ddp:
+            rows.append([MODEL_NAMES.get(r["model"], r["model"]), "DDP, one rank",
+                         ALLOCATOR_NAMES.get(r["allocator"], r["allocator"]), f"{r['mean_ms']:.2f}",
+                         f"{r['mean_ms'] / base[r['model']]:.4f}", f"{r['peak_allocated_bytes'] / 1e9:.2f}",
+                         f"{r['pool']['peak_resident_bytes'] / 1e9:.2f}" if "pool" in r else "-",
+                         "yes" if r.get("losses_identical_to_caching") else "no"])
+    return markdown(["model b256", "training", "allocator", "step ms", "vs caching", "peak allocated GB",
+                     "pool held GB", "losses identical"], rows)
+
+
 RENDERERS = {
     "csv": render_csv,
     "replay_bench": render_replay_bench,
     "replay": render_replay,
     "pytorch_compare": render_pytorch_compare,
     "ddp": render_ddp,
+    "allocator_overhead": render_allocator_overhead,
 }
 
 
