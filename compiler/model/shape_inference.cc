@@ -12,195 +12,17 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "model/shape_rules.h"
 #include "util/error.h"
 
 namespace autovm::model {
 namespace {
 
+using namespace shape_rules;
+
 // Nodes whose outputs have more elements than this are not evaluated.
 constexpr int64_t kMaxFoldElements = int64_t{1} << 16;
 
-struct Failure {
-  std::string message;
-};
-
-[[noreturn]] void fail(std::string message) { throw Failure{std::move(message)}; }
-
-std::string quote(std::string_view s) {
-  std::string out = "'";
-  out.append(s).push_back('\'');
-  return out;
-}
-
-// "[1, 3, 224, 224]"; with `unknown`, negative dims (symbolic ones) print as "?".
-std::string str(const Shape& s, bool unknown = false) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + (unknown && s[i] < 0 ? "?" : std::to_string(s[i]));
-  return out + "]";
-}
-
-std::string num(int64_t x) { return std::to_string(x); }
-
-int64_t add(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) fail("dimension arithmetic overflows: " + num(a) + " + " + num(b));
-  return r;
-}
-
-int64_t mul(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) fail("dimension arithmetic overflows: " + num(a) + " x " + num(b));
-  return r;
-}
-
-int64_t product(Shape::const_iterator first, Shape::const_iterator last) {
-  int64_t p = 1;
-  for (; first != last; ++first) p = mul(p, *first);
-  return p;
-}
-
-// Normalises a possibly negative axis into [0, rank).
-int64_t norm_axis(int64_t a, int64_t rank) {
-  if (a < -rank || a >= rank) fail("axis " + num(a) + " is out of range for rank " + num(rank));
-  return a < 0 ? a + rank : a;
-}
-
-// Element access across storage kinds (ints for integer/bool dtypes, floats for floating ones).
-double get_f(const ConstValue& v, int64_t i) { return is_floating(v.dtype) ? v.floats[i] : double(v.ints[i]); }
-
-int64_t to_int(double x) {
-  if (!(x >= -9.2e18 && x <= 9.2e18)) fail("value " + std::to_string(x) + " does not fit in an integer");
-  return int64_t(x);
-}
-
-int64_t get_i(const ConstValue& v, int64_t i) { return is_floating(v.dtype) ? to_int(v.floats[i]) : v.ints[i]; }
-
-void put(ConstValue& dst, const ConstValue& src, int64_t i) {
-  if (is_floating(dst.dtype)) dst.floats.push_back(get_f(src, i));
-  else dst.ints.push_back(get_i(src, i));
-}
-
-void put_number(ConstValue& dst, double x) {
-  if (is_floating(dst.dtype)) dst.floats.push_back(x);
-  else dst.ints.push_back(to_int(x));
-}
-
-// Numpy broadcasting of several shapes.
-Shape broadcast(const std::vector<const Shape*>& shapes) {
-  size_t rank = 0;
-  for (const Shape* s : shapes) rank = std::max(rank, s->size());
-  Shape out(rank, 1);
-  for (const Shape* s : shapes) {
-    for (size_t j = 0; j < s->size(); ++j) {
-      int64_t d = (*s)[j], &o = out[rank - s->size() + j];
-      if (d == o || d == 1) continue;
-      if (o != 1) {
-        std::string all;
-        for (const Shape* t : shapes) all += (all.empty() ? "" : " and ") + str(*t);
-        fail("shapes " + all + " do not broadcast");
-      }
-      o = d;
-    }
-  }
-  return out;
-}
-
-// Calls f(offsets) for every element of `out` in order, where offsets[k] is the flat index of
-// the matching element of input k under numpy broadcasting.
-void for_each_broadcast(const Shape& out, const std::vector<const Shape*>& ins,
-                        const std::function<void(const std::vector<int64_t>&)>& f) {
-  const size_t rank = out.size(), n = ins.size();
-  std::vector<std::vector<int64_t>> strides(n, std::vector<int64_t>(rank, 0));
-  for (size_t k = 0; k < n; ++k) {
-    int64_t running = 1;
-    const Shape& s = *ins[k];
-    for (size_t j = 0; j < s.size(); ++j) {
-      size_t sj = s.size() - 1 - j, oj = rank - 1 - j;
-      strides[k][oj] = s[sj] == 1 ? 0 : running;
-      running *= s[sj];
-    }
-  }
-  const int64_t count = element_count(out);
-  std::vector<int64_t> coord(rank, 0), offset(n, 0);
-  for (int64_t e = 0; e < count; ++e) {
-    f(offset);
-    for (size_t j = rank; j-- > 0;) {
-      for (size_t k = 0; k < n; ++k) offset[k] += strides[k][j];
-      if (++coord[j] < out[j]) break;
-      for (size_t k = 0; k < n; ++k) offset[k] -= strides[k][j] * out[j];
-      coord[j] = 0;
-    }
-  }
-}
-
-// The node being inferred, with checked access to its inputs and outputs.
-class Ctx {
- public:
-  Ctx(Model& m, Node& n) : m_(m), n_(n) {}
-
-  const Node& node() const { return n_; }
-  int64_t opset() const { return m_.opset; }
-
-  size_t num_inputs() const { return n_.inputs.size(); }
-  bool has_input(size_t i) const { return i < n_.inputs.size() && n_.inputs[i] >= 0; }
-  const Value& in(size_t i) const {
-    if (!has_input(i)) fail("required input " + num(int64_t(i)) + " is missing");
-    return m_.values[n_.inputs[i]];
-  }
-  const Shape& shape(size_t i) const { return in(i).shape; }
-  int64_t rank(size_t i) const { return int64_t(shape(i).size()); }
-  DType dtype(size_t i) const { return in(i).dtype; }
-  const ConstValue* value(size_t i) const { return has_input(i) && in(i).value ? &*in(i).value : nullptr; }
-
-  // Input i's values, which must be known ahead of time (a target shape, axes, pads...).
-  const ConstValue& need_value(size_t i, const std::string& what) const {
-    const ConstValue* v = value(i);
-    if (!v) {
-      fail("its " + what + " (input " + quote(in(i).name) + ") is not known ahead of time; AutoVM "
-           "needs it to be a constant or computable from shapes");
-    }
-    return *v;
-  }
-  std::vector<int64_t> need_ints(size_t i, const std::string& what) const {
-    const ConstValue& v = need_value(i, what);
-    if (is_floating(v.dtype)) fail("its " + what + " (input " + quote(in(i).name) + ") must be integers");
-    return v.ints;
-  }
-
-  size_t num_outputs() const { return n_.outputs.size(); }
-  bool has_output(size_t k) const { return k < n_.outputs.size() && n_.outputs[k] >= 0; }
-  const Value& out(size_t k) const { return m_.values[n_.outputs[k]]; }
-
-  void set(size_t k, DType dtype, Shape shape) {
-    if (checked_element_count(shape) < 0) {
-      fail("output " + num(int64_t(k)) + " would have shape " + str(shape) + ", which is negative or too large");
-    }
-    if (!has_output(k)) return;
-    Value& v = m_.values[n_.outputs[k]];
-    v.dtype = dtype;
-    v.shape = std::move(shape);
-    v.shape_known = true;
-  }
-
-  // An empty value with output k's dtype and shape, for eval to fill.
-  ConstValue blank(size_t k) const {
-    ConstValue v;
-    if (has_output(k)) {
-      v.dtype = out(k).dtype;
-      v.shape = out(k).shape;
-    }
-    return v;
-  }
-  void set_value(size_t k, ConstValue v) {
-    if (!has_output(k)) return;
-    assert(int64_t(is_floating(v.dtype) ? v.floats.size() : v.ints.size()) == element_count(v.shape));
-    m_.values[n_.outputs[k]].value = std::move(v);
-  }
-
- private:
-  Model& m_;
-  Node& n_;
-};
 
 // ---- Elementwise ops ----
 
@@ -494,11 +316,12 @@ void infer_batch_norm(Ctx& c) {
 
 // ---- Reductions, matrix products ----
 
-// Which axes a ReduceMean/ReduceProd reduces; empty when it is a no-op (noop_with_empty_axes).
+// Which axes a Reduce* node reduces; empty when it is a no-op (noop_with_empty_axes). The axes
+// are an input from opset 13 for ReduceSum, from 18 for the others; an attribute before.
 std::vector<bool> reduced_axes(const Ctx& c) {
   const int64_t rank = c.rank(0);
   std::vector<int64_t> axes;
-  if (c.opset() >= 18) {
+  if (c.opset() >= (c.node().op == "ReduceSum" ? 13 : 18)) {
     if (c.has_input(1)) axes = c.need_ints(1, "axes");
   } else {
     axes = c.node().attr_ints("axes");
@@ -530,23 +353,26 @@ void infer_reduce(Ctx& c) {
   c.set(0, c.dtype(0), reduced_shape(c.shape(0), reduced_axes(c), c.node().attr_i("keepdims", 1) != 0));
 }
 
-template <bool mean>
+enum class Reduce { mean, prod, sum };
+
+template <Reduce kind>
 bool eval_reduce(Ctx& c) {
+  constexpr bool mean = kind == Reduce::mean, additive = kind != Reduce::prod;
   const ConstValue& x = *c.value(0);
   const std::vector<bool> mask = reduced_axes(c);
   if (mask.empty()) return eval_copy(c);
   const Shape kept = reduced_shape(x.shape, mask, true);
   const int64_t n = element_count(kept);
   if (n == 0) return eval_copy(c);  // an empty output: nothing to compute
-  std::vector<double> acc_f(size_t(n), mean ? 0.0 : 1.0);
-  std::vector<int64_t> acc_i(size_t(n), mean ? 0 : 1);
+  std::vector<double> acc_f(size_t(n), additive ? 0.0 : 1.0);
+  std::vector<int64_t> acc_i(size_t(n), additive ? 0 : 1);
   const bool ints = !is_floating(x.dtype);
   int64_t e = 0;
   for_each_broadcast(x.shape, {&kept}, [&](const std::vector<int64_t>& at) {
     if (ints) {
-      acc_i[at[0]] = mean ? add(acc_i[at[0]], x.ints[e]) : mul(acc_i[at[0]], x.ints[e]);
+      acc_i[at[0]] = additive ? add(acc_i[at[0]], x.ints[e]) : mul(acc_i[at[0]], x.ints[e]);
     } else {
-      acc_f[at[0]] = mean ? acc_f[at[0]] + x.floats[e] : acc_f[at[0]] * x.floats[e];
+      acc_f[at[0]] = additive ? acc_f[at[0]] + x.floats[e] : acc_f[at[0]] * x.floats[e];
     }
     ++e;
   });
@@ -919,6 +745,10 @@ void infer_pad(Ctx& c) {
 void infer_resize(Ctx& c) {
   const Shape& x = c.shape(0);
   const Node& n = c.node();
+  const std::string mode = n.attr_s("mode", "nearest");
+  if (mode != "nearest" && mode != "linear" && mode != "bilinear" && mode != "cubic") {
+    fail("mode " + quote(mode) + " is not nearest, linear or cubic");
+  }
   std::vector<double> scales;
   if (n.op == "Upsample" && c.opset() < 9) {
     scales = n.attr(std::string("scales")) ? n.attr(std::string("scales"))->floats : std::vector<double>{};
@@ -1041,11 +871,6 @@ bool eval_range(Ctx& c) {
   return true;
 }
 
-struct Rule {
-  void (*infer)(Ctx&);
-  bool (*eval)(Ctx&) = nullptr;  // computes output values from known input values; false if it cannot
-};
-
 const Rule* find_rule(std::string_view op) {
   static const std::unordered_map<std::string_view, Rule> rules = {
       {"Add", {infer_arith, eval_arith<Arith::add>}},
@@ -1059,46 +884,58 @@ const Rule* find_rule(std::string_view op) {
       {"Conv", {infer_conv}},
       {"Div", {infer_arith, eval_arith<Arith::div>}},
       {"Dropout", {infer_dropout}},
+      {"Elu", {infer_same}},
       {"Equal", {infer_compare, eval_equal}},
       {"Erf", {infer_same}},
       {"Expand", {infer_expand, eval_expand}},
       {"Flatten", {infer_flatten, eval_copy}},
       {"Gather", {infer_gather, eval_gather}},
+      {"Gelu", {infer_same}},
       {"Gemm", {infer_gemm}},
       {"GlobalAveragePool", {infer_global_pool}},
+      {"GlobalMaxPool", {infer_global_pool}},
+      {"Greater", {infer_compare}},
       {"HardSigmoid", {infer_same}},
       {"HardSwish", {infer_same}},
       {"Identity", {infer_same, eval_copy}},
       {"LRN", {infer_lrn}},
       {"LayerNormalization", {infer_layer_norm}},
+      {"LeakyRelu", {infer_same}},
+      {"Less", {infer_compare}},
       {"MatMul", {infer_matmul}},
       {"MaxPool", {infer_pool}},
+      {"Mish", {infer_same}},
       {"Mul", {infer_arith, eval_arith<Arith::mul>}},
       {"Neg", {infer_same, eval_neg}},
       {"Not", {infer_not, eval_not}},
       {"Pad", {infer_pad}},
       {"Pow", {infer_arith, eval_arith<Arith::pow>}},
       {"Range", {infer_range, eval_range}},
-      {"ReduceMean", {infer_reduce, eval_reduce<true>}},
-      {"ReduceProd", {infer_reduce, eval_reduce<false>}},
+      {"ReduceMax", {infer_reduce}},
+      {"ReduceMean", {infer_reduce, eval_reduce<Reduce::mean>}},
+      {"ReduceProd", {infer_reduce, eval_reduce<Reduce::prod>}},
+      {"ReduceSum", {infer_reduce, eval_reduce<Reduce::sum>}},
       {"Relu", {infer_same}},
       {"Resize", {infer_resize}},
       {"Reshape", {infer_reshape, eval_copy}},
+      {"Selu", {infer_same}},
       {"Shape", {infer_shape, eval_shape}},
       {"Sigmoid", {infer_same}},
       {"Slice", {infer_slice, eval_slice}},
       {"Softmax", {infer_softmax}},
+      {"Softplus", {infer_same}},
       {"Split", {infer_split}},
       {"Sqrt", {infer_same, eval_sqrt}},
       {"Squeeze", {infer_squeeze, eval_copy}},
       {"Sub", {infer_arith, eval_arith<Arith::sub>}},
+      {"Tanh", {infer_same}},
       {"Transpose", {infer_transpose}},
       {"Unsqueeze", {infer_unsqueeze, eval_copy}},
       {"Upsample", {infer_resize}},
       {"Where", {infer_where, eval_where}},
   };
   auto it = rules.find(op);
-  return it == rules.end() ? nullptr : &it->second;
+  return it == rules.end() ? find_dense_rule(op) : &it->second;
 }
 
 void set_input_shape(Value& v, int64_t batch) {
