@@ -1,8 +1,10 @@
 // Contract (internal to model/): what every shape rule is written with. A rule reads its node
 // through Ctx (checked access to inputs, their shapes and known values; outputs set with `set`
 // and `set_value`) and reports a problem by calling fail(), which infer_shapes turns into an
-// Error(invalid_model) naming the node. The rules themselves live by family in
-// shape_inference.cc and shape_rules_*.cc; find_rule (shape_inference.cc) is their one table.
+// Error(invalid_model) naming the node. The rules live by family, each file with its table:
+// shape_inference.cc (elementwise, convolution and pooling, normalization, reductions, matrix
+// products, constants), shape_rules_layout.cc and shape_rules_dense.cc; find_rule
+// (shape_inference.cc) looks an op up in each.
 #pragma once
 
 #include <algorithm>
@@ -198,10 +200,23 @@ class Ctx {
   Node& n_;
 };
 
+// Copies input 0's values unchanged into output 0's shape (Identity, Reshape, Flatten, ...).
+inline bool eval_copy(Ctx& c) {
+  ConstValue out = c.blank(0);
+  const ConstValue& x = *c.value(0);
+  for (int64_t i = 0; i < x.size(); ++i) put(out, x, i);
+  c.set_value(0, std::move(out));
+  return true;
+}
+
 struct Rule {
   void (*infer)(Ctx&);
   bool (*eval)(Ctx&) = nullptr;  // computes output values from known input values; false if it cannot
 };
+
+// The rules of shape_rules_layout.cc (reshaping, slicing, joining, gathering, padding,
+// resizing, Shape); nullptr for any other op.
+const Rule* find_layout_rule(std::string_view op);
 
 // The rules of shape_rules_dense.cc (transposed convolution, instance and group normalization,
 // variadic elementwise ops, random generators); nullptr for any other op.

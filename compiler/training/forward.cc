@@ -75,7 +75,7 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
   // Autocast (autocast.h): casts the node's floating-point data inputs to the dtype its list
   // runs in, each cast a "Cast" step of its own (a forward record, so that its backward casts
   // the gradient back), parameters' copies made once and shared; returns the outputs' dtype.
-  std::vector<std::pair<TensorId, TensorId>> cached;  // parameter -> its low-precision copy
+  std::vector<TensorId> copy_of;  // by parameter: its low-precision copy, once made
   auto apply_autocast = [&](Autocast mode, size_t ni, std::vector<TensorId>& inputs, size_t data) {
     const model::Node& n = m.nodes[ni];
     const DType low = low_dtype(mode);
@@ -96,9 +96,8 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
       TensorId t = inputs[i];
       if (t == kNoTensor || !is_floating(g.tensor(t).dtype) || g.tensor(t).dtype == target) continue;
       const bool cache = g.tensor(t).kind == TensorKind::parameter && target == low;
-      auto hit = std::find_if(cached.begin(), cached.end(), [&](const auto& c) { return c.first == t; });
-      if (cache && hit != cached.end()) {
-        inputs[i] = hit->second;
+      if (cache && size_t(t) < copy_of.size() && copy_of[size_t(t)] != kNoTensor) {
+        inputs[i] = copy_of[size_t(t)];
         continue;
       }
       const Tensor src = g.tensor(t);  // a copy: add may reallocate
@@ -113,7 +112,10 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
       cast.outputs = {copy};
       cast.step = add_step(g, "Cast", Phase::forward, n.name, {t}, {copy}, 0).id;
       fp.records.push_back(std::move(cast));
-      if (cache) cached.emplace_back(t, copy);
+      if (cache) {
+        if (copy_of.size() <= size_t(t)) copy_of.resize(size_t(t) + 1, kNoTensor);
+        copy_of[size_t(t)] = copy;
+      }
       inputs[i] = copy;
     }
     return target;
