@@ -102,6 +102,8 @@ std::vector<GradientRule> make_rules() {
       {"Not", C::non_differentiable, -1, {}, {}, 0},
       {"Less", C::non_differentiable, -1, {}, {}, 0},
       {"Greater", C::non_differentiable, -1, {}, {}, 0},
+      {"LessOrEqual", C::non_differentiable, -1, {}, {}, 0},
+      {"GreaterOrEqual", C::non_differentiable, -1, {}, {}, 0},
       // Reads only its input's shape: a generator of the step (the dynamo exporter's dropout
       // draws its mask with it).
       {"RandomUniformLike", C::non_differentiable, 0, {}, {}, 0},

@@ -180,17 +180,17 @@ TEST_CASE("reductions: ReduceSum needs nothing, ReduceMax and GlobalMaxPool inpu
 }
 
 TEST_CASE("the dynamo exporter's dropout: the mask is drawn, compared, cast, multiplied") {
-  // r = RandomUniformLike(h); keep = Less(r, 0.9); mask = Cast(keep); y = Mul(h, mask).
+  // r = RandomUniformLike(h); keep = Less(r, keep_prob); mask = Cast(keep); y = Mul(h, mask).
   ModelBuilder b = with_h();
-  b.constant("p", DType::f32, {}, {}, {0.9});
+  b.constant("keep_prob", DType::f32, {}, {}, {0.9});
   b.node("RandomUniformLike", "rand", {"h"}, {{"r", {2, 8}}});
-  b.node("Less", "less", {"r", "p"}, {{"keep", {2, 8}}}, {}, DType::boolean);
+  b.node("Less", "less", {"r", "keep_prob"}, {{"keep", {2, 8}}}, {}, DType::boolean);
   b.node("Cast", "cast", {"keep"}, {{"mask", {2, 8}}}, {{"to", int_attr(1)}});
   b.node("Mul", "drop", {"h", "mask"}, {{"y", {2, 8}}}).output("y");
   auto ts = build(b);
   const TrainingGraph& g = ts.graph;
   CHECK(find_step(g, "RandomUniformLike").inputs.empty());  // reads only h's shape
-  CHECK(names(g, find_step(g, "Less").inputs) == Names{"r", "p"});
+  CHECK(names(g, find_step(g, "Less").inputs) == Names{"r", "keep_prob"});
   // Only h needs a gradient: Mul's backward keeps the mask, not h; nothing flows into Less.
   int mul_grads = 0;
   for (const Step& s : g.steps) {
@@ -202,6 +202,21 @@ TEST_CASE("the dynamo exporter's dropout: the mask is drawn, compared, cast, mul
   CHECK(mul_grads == 1);
   for (const Step& s : g.steps) CHECK(s.op != "LessGrad");
   for (const Step& s : g.steps) CHECK(s.op != "CastGrad");
+
+  SUBCASE("ONNX's Dropout function body: keep = r >= ratio; y = Where(keep, h, 0) / (1 - ratio)") {
+    ModelBuilder f = with_h();
+    f.constant("ratio", DType::f32, {}, {}, {0.1}).constant("zero", DType::f32, {}, {}, {0.0});
+    f.constant("scale", DType::f32, {}, {}, {0.9});
+    f.node("RandomUniformLike", "rand", {"h"}, {{"r", {2, 8}}});
+    f.node("GreaterOrEqual", "ge", {"r", "ratio"}, {{"keep", {2, 8}}}, {}, DType::boolean);
+    f.node("Where", "where", {"keep", "h", "zero"}, {{"w", {2, 8}}});
+    f.node("Div", "div", {"w", "scale"}, {{"y", {2, 8}}}).output("y");
+    auto tf = build(f);
+    // Where's backward keeps the boolean mask only; the scale is a buffer.
+    CHECK(names(tf.graph, find_step(tf.graph, "WhereGrad").inputs) == Names{"grad/w", "keep"});
+    CHECK(names(tf.graph, find_step(tf.graph, "WhereGrad").outputs) == Names{"grad/h"});
+    CHECK(names(tf.graph, find_step(tf.graph, "DivGrad").inputs) == Names{"grad/y", "scale"});
+  }
 }
 
 namespace {

@@ -304,4 +304,17 @@ TEST_CASE("the dynamo exporter's dropout: RandomUniformLike, Less") {
   CHECK(m.values[m.find("r")].dtype == DType::f32);
   CHECK(shape_of(m, "mask") == Shape{4, 16});
   CHECK(m.values[m.find("mask")].dtype == DType::boolean);
+
+  SUBCASE("ONNX's Dropout function body: GreaterOrEqual, LessOrEqual") {
+    OnnxBuilder f(18);
+    f.input("x", {-1, 3, 5});
+    f.node("RandomUniformLike", {"x"}, {"r"});
+    f.weight("ratio", {});
+    f.node("GreaterOrEqual", {"r", "ratio"}, {"keep"});
+    f.node("LessOrEqual", {"r", "ratio"}, {"drop"});
+    f.output("keep").output("drop");
+    model::Model g = f.infer(2);
+    CHECK(shape_of(g, "keep") == Shape{2, 3, 5});
+    CHECK(g.values[g.find("drop")].dtype == DType::boolean);
+  }
 }
