@@ -5,7 +5,7 @@ of out and aux exported as two outputs) and two small U-Nets written here, 2-D a
 use the ops of dense prediction (ConvTranspose, 3-D conv, pooling and batch norm, GroupNorm,
 InstanceNorm, dilated and grouped convolutions, bilinear and trilinear upsampling, LeakyReLU,
 ELU, Tanh, Dropout). Each is planned with per-pixel cross-entropy at half its unconstrained
-peak, and the U-Net also with --loss mse and --loss external.
+peak, and the U-Net also with --loss mse and --loss external, and under --autocast.
 
 usage: test_dense_exports.py AUTOVM_PLAN
 """
@@ -165,6 +165,19 @@ with tempfile.TemporaryDirectory() as tmp:
         r, q = plan(path, "--loss", loss)
         check(f"unet2d --loss {loss}", r.returncode == 0 and q["options"].get("loss") == loss
               and any(s["op"] == op for s in q["steps"]), r.stderr[-300:])
+
+    for dtype, name in (("bf16", "bfloat16"), ("fp16", "float16")):
+        r, q = plan(path, "--autocast", dtype, "--budget", f"{p['statistics']['peak_bytes'] // 3}B" if p else "1GB",
+                    *small_ws)
+        ok = r.returncode == 0 and q["options"].get("autocast") == dtype
+        if ok:
+            tensors = {t["id"]: t for t in q["tensors"]}
+            up = next(s for s in q["steps"] if s["op"] == "ConvTranspose")
+            ok = all(tensors[t]["dtype"] == name for t in up["inputs"] + up["outputs"]) and \
+                any(s["op"] == "Cast" for s in q["steps"]) and \
+                (dtype == "bf16" or any(s["op"] == "GradScalerUnscale" for s in q["steps"]))
+        check(f"unet2d --autocast {dtype} at a third of the fp32 peak: the up-convolution runs in {name}", ok,
+              r.stderr[-300:])
 
     path = os.path.join(tmp, "unet3d.onnx")
     export(UNet3d(), (2, 1, 8, 8, 8), path, ["out", "aux"])
