@@ -13,7 +13,7 @@
 //     its last forward reader has run), a backward node that saved it (until that node has
 //     run), a gradient waiting for its consumer, or a parameter's .grad (to the end).
 //   - Forward, per op (what autograd saves; parameters and buffers are held anyway):
-//       Conv                 saves its input; cuDNN workspace around the call
+//       Conv, ConvTranspose  save their input; cuDNN workspace around the call
 //       BatchNormalization   saves its input, save_mean and save_invstd ([C] each)
 //       Relu                 saves its output; IN PLACE (torchvision's inplace=True) when the
 //                            input is an activation that no later op reads and no node saved
@@ -25,12 +25,18 @@
 //       AveragePool          saves its input (avg_pool2d and the adaptive pool's general case)
 //       GlobalAveragePool    saves nothing (PyTorch runs it as mean over H, W)
 //       Gemm                 saves its input A (Linear: addmm)
+//       Cast                 saves nothing; under autocast, a parameter's copy is also held by
+//                            autocast's weight cache until the forward pass ends, and a
+//                            convolution or linear layer saves the copy it read
 //       Dropout              saves its mask (bool, 1 byte an element: native_dropout)
 //       Concat, views        save nothing
+//       Instance/GroupNorm   save input and the statistics (their gradient rule's needs)
 //       Pad read only by a pooling op: no op of its own (PyTorch pools with padding)
 //       any other op         saves what the compiler's gradient rule needs
-//     The loss is log_softmax (saves its output, [N, C]) then nll_loss (a scalar loss and a
-//     saved scalar total_weight); the logits go as soon as the loss exists.
+//     Cross-entropy is log_softmax (saves its output, the scores' shape) then nll_loss (a
+//     scalar loss and a saved scalar total_weight); the scores go as soon as the loss exists.
+//     mse_loss saves its input; an external loss holds its workspace while it runs and keeps
+//     the outputs it reads. Each output's loss term gets its gradient in backward in turn.
 //   - Backward runs the forward ops in reverse (autograd's order by sequence number). Each node
 //     allocates the gradients of its inputs that require one (Conv: input, weight, bias, with a
 //     cuDNN workspace after each of data and filter; a view as gradient is first copied to a
@@ -157,7 +163,8 @@ class Replay {
   std::vector<StepIndex> forward_;     // forward steps that run in PyTorch, in order
   std::vector<bool> node_;             // by position in forward_: autograd records a node
   std::vector<std::vector<int>> saved_;  // by position in forward_: storages the node holds
-  std::vector<int> loss_saved_;
+  std::vector<std::vector<int>> loss_saved_;
+  std::vector<int> autocast_cache_;    // storages of the weights' cast copies, to end of forward  // by loss step: storages its backward holds
   Allocator a_;
   int64_t gradient_bytes_ = 0;
 };
@@ -198,6 +205,7 @@ void Replay::prepare() {
     for (size_t i = 0; i < s.outputs.size(); ++i) {
       TensorId o = s.outputs[i];
       bool side = i > 0 && (s.op == "BatchNormalization" || s.op == "LayerNormalization" ||
+                            s.op == "InstanceNormalization" || s.op == "GroupNormalization" ||
                             s.op == "Dropout" || s.op == "MaxPool");
       requires_grad_[size_t(o)] = T(o).kind == TensorKind::activation ? any && !side && is_floating(T(o).dtype)
                                                                         : requires_grad_[size_t(o)];
@@ -218,11 +226,13 @@ void Replay::prepare() {
 }
 
 int64_t Replay::conv_workspace(const Step& s) const {
-  TensorId w = in(s, 1), y = out(s, 0);
-  if (w == kNoTensor || y == kNoTensor || T(w).shape.empty() || T(w).shape[0] <= 0) return 0;
-  int64_t cout = T(w).shape[0];
-  double im2col = double(element_count(T(y).shape) / cout) * double(element_count(T(w).shape) / cout) *
-                  double(element_size(T(y).dtype));
+  // Over the output grid for Conv (weight [Cout, ...]); over the input grid for ConvTranspose,
+  // whose weight is [Cin, ...] (col2im): grid elements / channels x weight elements / channels.
+  TensorId w = in(s, 1), grid = s.op == "ConvTranspose" ? in(s, 0) : out(s, 0);
+  if (w == kNoTensor || grid == kNoTensor || T(w).shape.empty() || T(w).shape[0] <= 0) return 0;
+  int64_t channels = T(w).shape[0];
+  double im2col = double(element_count(T(grid).shape) / channels) * double(element_count(T(w).shape) / channels) *
+                  double(element_size(T(grid).dtype));
   return std::min<int64_t>(o_.conv_workspace_cap, int64_t(o_.conv_workspace_fraction * im2col));
 }
 
@@ -254,10 +264,20 @@ void Replay::forward_step(size_t k) {
   }
   if (op == "MaxPool" && node_[k] && s.outputs.size() < 2 && y != kNoTensor)
     indices = a_.alloc(element_count(T(y).shape) * element_size(DType::i64));
-  if (op == "Conv") a_.transient(conv_workspace(s));
+  const bool conv = op == "Conv" || op == "ConvTranspose";
+  if (conv) a_.transient(conv_workspace(s));
+
+  // Autocast's weight cache holds a parameter's low-precision copy to the end of forward.
+  if (op == "Cast" && x != kNoTensor && T(x).kind == TensorKind::parameter && is_activation(y)) {
+    a_.ref(handle_[size_t(y)]);
+    autocast_cache_.push_back(handle_[size_t(y)]);
+  }
 
   if (node_[k]) {
-    if (op == "Conv" || op == "Gemm" || op == "AveragePool") {
+    if (conv || op == "Gemm") {
+      save(k, x);
+      save(k, in(s, 1));  // under autocast, the weight's cast copy (a parameter is held anyway)
+    } else if (op == "AveragePool") {
       save(k, x);
     } else if (op == "BatchNormalization") {
       save(k, x);
@@ -303,11 +323,28 @@ void Replay::forward_step(size_t k) {
 void Replay::loss_step(const Step& s) {
   a_.at("loss");
   TensorId logits = in(s, 0);
-  int log_prob = a_.alloc(T(logits).bytes);  // log_softmax: saved by itself and by nll_loss
-  int total_weight = a_.alloc(4);            // nll_loss: saved
-  a_.alloc(4);                               // the loss, held by the training loop
-  loss_saved_ = {log_prob, total_weight};
-  if (handle_[size_t(logits)] >= 0 && --uses_left_[size_t(logits)] == 0) a_.unref(handle_[size_t(logits)]);
+  std::vector<int>& saved = loss_saved_.emplace_back();
+  if (s.op == "SoftmaxCrossEntropyLoss") {
+    saved.push_back(a_.alloc(T(logits).bytes));  // log_softmax: saved by itself and by nll_loss
+    saved.push_back(a_.alloc(4));                // nll_loss: total_weight, saved
+    a_.alloc(4);                                 // the loss, held by the training loop
+  } else {
+    // mse_loss saves its input (the target is held anyway); an external loss's memory is its
+    // workspace, held while it runs, and its autograd keeps the outputs it reads.
+    if (s.workspace != kNoTensor) a_.transient(T(s.workspace).bytes);
+    for (TensorId t : s.inputs) {
+      TensorId r = rep(t);
+      if (is_activation(r) && handle_[size_t(r)] >= 0) {
+        a_.ref(handle_[size_t(r)]);
+        saved.push_back(handle_[size_t(r)]);
+      }
+    }
+    a_.alloc(4);  // the loss
+  }
+  for (TensorId t : s.inputs) {
+    TensorId r = rep(t);
+    if (is_activation(r) && handle_[size_t(r)] >= 0 && --uses_left_[size_t(r)] == 0) a_.unref(handle_[size_t(r)]);
+  }
 }
 
 void Replay::deliver(TensorId t, Grad gr) {
@@ -364,9 +401,10 @@ void Replay::backward_step(size_t k) {
     produced.push_back({t, Grad{incoming[0].storage, view || incoming[0].view}});
   };
   int copy = -1;
-  if ((op == "Conv" || op == "BatchNormalization") && incoming[0].view) copy = a_.alloc(T(y).bytes);
+  const bool conv = op == "Conv" || op == "ConvTranspose";
+  if ((conv || op == "BatchNormalization") && incoming[0].view) copy = a_.alloc(T(y).bytes);
 
-  if (op == "Conv") {
+  if (conv) {
     int64_t ws = conv_workspace(s);
     make(x);
     if (rg(x)) a_.transient(ws);
@@ -417,32 +455,43 @@ PytorchMemoryEstimate Replay::run() {
   a_.add_persistent(e.persistent_bytes + e.batch_bytes);
 
   for (size_t k = 0; k < forward_.size(); ++k) forward_step(k);
-  const Step* loss = nullptr;
+  std::vector<const Step*> losses;
   for (const Step& s : g_.steps)
-    if (s.phase == Phase::loss) loss = &s;
-  if (loss) loss_step(*loss);
+    if (s.phase == Phase::loss) losses.push_back(&s);
+  for (const Step* s : losses) loss_step(*s);
+  for (int st : autocast_cache_) a_.unref(st);  // autocast exits
   e.forward_peak_bytes = a_.phase_peak();
   e.end_forward_bytes = a_.current();
   {
     std::vector<int> held;
     for (const auto& list : saved_) held.insert(held.end(), list.begin(), list.end());
-    held.insert(held.end(), loss_saved_.begin(), loss_saved_.end());
+    for (const auto& list : loss_saved_) held.insert(held.end(), list.begin(), list.end());
     std::sort(held.begin(), held.end());
     held.erase(std::unique(held.begin(), held.end()), held.end());
     for (int st : held) e.saved_bytes += a_.bytes(st);
   }
 
   a_.start_phase("backward");
-  if (loss) {
+  for (size_t k = 0; k < losses.size(); ++k) {
+    const Step& loss = *losses[k];
     a_.at("loss");
-    TensorId logits = rep(loss->inputs[0]);
     int d_loss = a_.alloc(4);
-    int d_log_prob = a_.alloc(T(logits).bytes);  // nll_loss_backward
-    a_.unref(d_loss);
-    int d_logits = a_.alloc(T(logits).bytes);    // log_softmax_backward
-    a_.unref(d_log_prob);
-    for (int st : loss_saved_) a_.unref(st);
-    grad_[size_t(logits)] = Grad{d_logits, false};
+    if (loss.op == "SoftmaxCrossEntropyLoss") {
+      TensorId logits = rep(loss.inputs[0]);
+      int d_log_prob = a_.alloc(T(logits).bytes);  // nll_loss_backward
+      a_.unref(d_loss);
+      int d_logits = a_.alloc(T(logits).bytes);    // log_softmax_backward
+      a_.unref(d_log_prob);
+      deliver(logits, Grad{d_logits, false});
+    } else {
+      // mse_loss_backward, or the external loss's backward: one gradient per output it read.
+      a_.unref(d_loss);
+      for (TensorId t : loss.inputs) {
+        TensorId r = rep(t);
+        if (is_activation(r)) deliver(r, Grad{a_.alloc(T(r).bytes), false});
+      }
+    }
+    for (int st : loss_saved_[k]) a_.unref(st);
   }
   for (size_t k = forward_.size(); k-- > 0;) backward_step(k);
   e.backward_peak_bytes = a_.phase_peak();

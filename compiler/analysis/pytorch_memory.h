@@ -17,8 +17,9 @@
 // under autovm-plan --data-parallel also DDP's gradient buckets, buffers "ddp_bucket.K", one
 // allocation each), optimizer state, the batch (input and labels) and library workspaces; no
 // gradients (zero_grad(set_to_none=True)). Every allocation counts as the caching allocator's block
-// (pytorch_block_bytes). The graph must come from build_training_step (one softmax
-// cross-entropy loss step; optimizer steps named SGD, SGDMomentum or Adam).
+// (pytorch_block_bytes). The graph must come from build_training_step (its loss steps
+// SoftmaxCrossEntropyLoss, MeanSquaredErrorLoss or ExternalLoss; optimizer steps named SGD,
+// SGDMomentum or Adam).
 #pragma once
 
 #include <cstdint>

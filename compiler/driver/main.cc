@@ -33,7 +33,7 @@ constexpr const char* kUsage = R"(usage: autovm-plan MODEL [--budget SIZE|min] [
                    [--device NAME|FILE] [--mechanism NAME] [-o PLAN] [--quiet] ...
 
 Plans the training step of a CNN exported to ONNX: builds forward, loss (softmax
-cross-entropy), backward and optimizer, computes every tensor's lifetime, the memory
+cross-entropy unless --loss says otherwise), backward and optimizer, computes every tensor's lifetime, the memory
 timeline and its peak, and lays every tensor out in one arena. When the peak exceeds the
 budget it plans which tensors to evict to host memory and when to prefetch them back (or
 recompute them), predicts the step time on the device, and compares it with the lower
@@ -71,6 +71,24 @@ options:
   --batch N             batch size; overrides the input's first dimension, symbolic or
                         fixed (default: the model's own, when fixed)
   --optimizer NAME      sgd (default), momentum or adam
+  --loss cross-entropy|mse|external
+                        the loss, one term per floating-point output of rank 2 or
+                        more (a segmentation model's out and aux): cross-entropy
+                        (default) over axis 1 against int64 labels, class logits
+                        [N, C] with labels [N] or per pixel/voxel [N, C, H, W] with
+                        [N, H, W]; mse against a float target of each output's shape;
+                        external: the script computes the loss outside the plan
+                        (Dice, focal...) and backward starts from the outputs'
+                        gradients, the loss's memory reserved as a workspace of the
+                        outputs' size (--reserve "/ExternalLoss" adds to it).
+                        Written to the plan's options as "loss" unless cross-entropy
+  --autocast bf16|fp16  plan training under torch.autocast: convolutions and linear
+                        layers in bf16 or fp16 (their weights' cast copies kept for
+                        backward), softmax, layer/group norm and the loss in fp32,
+                        other ops in their inputs' widest dtype; parameters, gradients
+                        and optimizer state fp32; with fp16, GradScaler's unscale and
+                        inf check over every gradient. Written to the plan's options
+                        as "autocast" (default: none, fp32 training)
   -o, --output PLAN     write the plan here (atomically) instead of standard output
   --workspace-limit SIZE
                         most scratch memory assumed for one convolution (default 256MiB)
@@ -238,6 +256,16 @@ Args parse_args(int argc, char** argv, bool& done) {
       auto o = autovm::training::parse_optimizer(v);
       if (!o) usage_error(fmt::format("unknown optimizer '{}': use sgd, momentum or adam", v));
       a.options.optimizer = *o;
+    } else if (arg == "--loss") {
+      std::string v = value();
+      auto l = autovm::training::parse_loss(v);
+      if (!l) usage_error(fmt::format("unknown loss '{}': use cross-entropy, mse or external", v));
+      a.options.loss = *l;
+    } else if (arg == "--autocast") {
+      std::string v = value();
+      auto ac = autovm::training::parse_autocast(v);
+      if (!ac) usage_error(fmt::format("unknown autocast dtype '{}': use bf16, fp16 or none", v));
+      a.options.autocast = *ac;
     } else if (arg == "-o" || arg == "--output") {
       a.output = value();
     } else if (arg == "--workspace-limit") {

@@ -397,6 +397,8 @@ Plan plan_model(model::Model& m, const PlanOptions& options, bool shapes_known) 
   topts.conv_workspace_limit = options.conv_workspace_limit;
   topts.data_parallel = options.data_parallel;
   topts.pool_indices = options.pool_indices;
+  topts.loss = options.loss;
+  topts.autocast = options.autocast;
   plan.training = training::build_training_step(m, topts);
   timer.done("build_training_step");
   if (!options.reserve_file.empty()) {

@@ -99,8 +99,15 @@ std::string plan_summary(const Plan& plan) {
   out += fmt::format("autovm-plan: {} (sha256 {}, IR {}, opset {}, {})\n", m.file,
                      m.sha256.substr(0, 12), m.ir_version, m.opset,
                      m.producer.empty() ? "unknown producer" : m.producer);
-  line("input", fmt::format("{} {} {}, {} classes, optimizer {}", m.input_name, name(m.input_dtype),
-                            shape_text(m.input_shape), m.classes, training::name(plan.options.optimizer)));
+  // What the loss scores: classes for cross-entropy (per pixel too), else the loss's name.
+  std::string scored = plan.options.loss == training::Loss::cross_entropy
+                           ? fmt::format("{} classes", m.classes)
+                           : fmt::format("loss {}", training::name(plan.options.loss));
+  if (plan.training.outputs.size() > 1) scored += fmt::format(" ({} outputs)", plan.training.outputs.size());
+  if (plan.options.autocast != training::Autocast::none)
+    scored += fmt::format(", autocast {}", training::name(plan.options.autocast));
+  line("input", fmt::format("{} {} {}, {}, optimizer {}", m.input_name, name(m.input_dtype),
+                            shape_text(m.input_shape), scored, training::name(plan.options.optimizer)));
   line("parameters", fmt::format("{} elements, {}", stats.parameter_count,
                                  format_bytes(stats.bytes_by_kind[size_t(TensorKind::parameter)])));
   line("steps", fmt::format("{}: {} forward, {} loss, {} backward, {} optimizer; {:.3g} GFLOP",

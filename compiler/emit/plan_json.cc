@@ -134,6 +134,8 @@ void write_plan_json(const Plan& plan, const std::function<void(std::string_view
     w.end_array();
   }
   if (o.pool_indices) w.key("pool_indices").value(true);  // --pool-indices
+  if (o.loss != training::Loss::cross_entropy) w.key("loss").value(training::name(o.loss));  // --loss
+  if (o.autocast != training::Autocast::none) w.key("autocast").value(training::name(o.autocast));
   if (plan.training.data_parallel.enabled) {  // autovm-plan --data-parallel
     const training::DataParallelOptions& dp = plan.training.data_parallel;
     int64_t bucket_bytes = 0;

@@ -1,8 +1,10 @@
 // Shape inference and static evaluation for the supported ops (contract in shape_inference.h).
 //
-// One table maps each op type to a Rule: `infer` sets the outputs' dtypes and shapes (and checks
-// the inputs agree), `eval` computes output values when every input value is known. Rules report
-// problems by throwing Failure; infer_shapes turns that into an Error naming the node.
+// Tables map each op type to a Rule (shape_rules.h): `infer` sets the outputs' dtypes and shapes
+// (and checks the inputs agree), `eval` computes output values when every input value is known.
+// This file holds the table of the compute ops and constants and looks the others up in
+// shape_rules_layout.cc and shape_rules_dense.cc. Rules report problems by throwing Failure;
+// infer_shapes turns that into an Error naming the node.
 #include "model/shape_inference.h"
 
 #include <algorithm>
@@ -12,195 +14,17 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "model/shape_rules.h"
 #include "util/error.h"
 
 namespace autovm::model {
 namespace {
 
+using namespace shape_rules;
+
 // Nodes whose outputs have more elements than this are not evaluated.
 constexpr int64_t kMaxFoldElements = int64_t{1} << 16;
 
-struct Failure {
-  std::string message;
-};
-
-[[noreturn]] void fail(std::string message) { throw Failure{std::move(message)}; }
-
-std::string quote(std::string_view s) {
-  std::string out = "'";
-  out.append(s).push_back('\'');
-  return out;
-}
-
-// "[1, 3, 224, 224]"; with `unknown`, negative dims (symbolic ones) print as "?".
-std::string str(const Shape& s, bool unknown = false) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + (unknown && s[i] < 0 ? "?" : std::to_string(s[i]));
-  return out + "]";
-}
-
-std::string num(int64_t x) { return std::to_string(x); }
-
-int64_t add(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) fail("dimension arithmetic overflows: " + num(a) + " + " + num(b));
-  return r;
-}
-
-int64_t mul(int64_t a, int64_t b) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) fail("dimension arithmetic overflows: " + num(a) + " x " + num(b));
-  return r;
-}
-
-int64_t product(Shape::const_iterator first, Shape::const_iterator last) {
-  int64_t p = 1;
-  for (; first != last; ++first) p = mul(p, *first);
-  return p;
-}
-
-// Normalises a possibly negative axis into [0, rank).
-int64_t norm_axis(int64_t a, int64_t rank) {
-  if (a < -rank || a >= rank) fail("axis " + num(a) + " is out of range for rank " + num(rank));
-  return a < 0 ? a + rank : a;
-}
-
-// Element access across storage kinds (ints for integer/bool dtypes, floats for floating ones).
-double get_f(const ConstValue& v, int64_t i) { return is_floating(v.dtype) ? v.floats[i] : double(v.ints[i]); }
-
-int64_t to_int(double x) {
-  if (!(x >= -9.2e18 && x <= 9.2e18)) fail("value " + std::to_string(x) + " does not fit in an integer");
-  return int64_t(x);
-}
-
-int64_t get_i(const ConstValue& v, int64_t i) { return is_floating(v.dtype) ? to_int(v.floats[i]) : v.ints[i]; }
-
-void put(ConstValue& dst, const ConstValue& src, int64_t i) {
-  if (is_floating(dst.dtype)) dst.floats.push_back(get_f(src, i));
-  else dst.ints.push_back(get_i(src, i));
-}
-
-void put_number(ConstValue& dst, double x) {
-  if (is_floating(dst.dtype)) dst.floats.push_back(x);
-  else dst.ints.push_back(to_int(x));
-}
-
-// Numpy broadcasting of several shapes.
-Shape broadcast(const std::vector<const Shape*>& shapes) {
-  size_t rank = 0;
-  for (const Shape* s : shapes) rank = std::max(rank, s->size());
-  Shape out(rank, 1);
-  for (const Shape* s : shapes) {
-    for (size_t j = 0; j < s->size(); ++j) {
-      int64_t d = (*s)[j], &o = out[rank - s->size() + j];
-      if (d == o || d == 1) continue;
-      if (o != 1) {
-        std::string all;
-        for (const Shape* t : shapes) all += (all.empty() ? "" : " and ") + str(*t);
-        fail("shapes " + all + " do not broadcast");
-      }
-      o = d;
-    }
-  }
-  return out;
-}
-
-// Calls f(offsets) for every element of `out` in order, where offsets[k] is the flat index of
-// the matching element of input k under numpy broadcasting.
-void for_each_broadcast(const Shape& out, const std::vector<const Shape*>& ins,
-                        const std::function<void(const std::vector<int64_t>&)>& f) {
-  const size_t rank = out.size(), n = ins.size();
-  std::vector<std::vector<int64_t>> strides(n, std::vector<int64_t>(rank, 0));
-  for (size_t k = 0; k < n; ++k) {
-    int64_t running = 1;
-    const Shape& s = *ins[k];
-    for (size_t j = 0; j < s.size(); ++j) {
-      size_t sj = s.size() - 1 - j, oj = rank - 1 - j;
-      strides[k][oj] = s[sj] == 1 ? 0 : running;
-      running *= s[sj];
-    }
-  }
-  const int64_t count = element_count(out);
-  std::vector<int64_t> coord(rank, 0), offset(n, 0);
-  for (int64_t e = 0; e < count; ++e) {
-    f(offset);
-    for (size_t j = rank; j-- > 0;) {
-      for (size_t k = 0; k < n; ++k) offset[k] += strides[k][j];
-      if (++coord[j] < out[j]) break;
-      for (size_t k = 0; k < n; ++k) offset[k] -= strides[k][j] * out[j];
-      coord[j] = 0;
-    }
-  }
-}
-
-// The node being inferred, with checked access to its inputs and outputs.
-class Ctx {
- public:
-  Ctx(Model& m, Node& n) : m_(m), n_(n) {}
-
-  const Node& node() const { return n_; }
-  int64_t opset() const { return m_.opset; }
-
-  size_t num_inputs() const { return n_.inputs.size(); }
-  bool has_input(size_t i) const { return i < n_.inputs.size() && n_.inputs[i] >= 0; }
-  const Value& in(size_t i) const {
-    if (!has_input(i)) fail("required input " + num(int64_t(i)) + " is missing");
-    return m_.values[n_.inputs[i]];
-  }
-  const Shape& shape(size_t i) const { return in(i).shape; }
-  int64_t rank(size_t i) const { return int64_t(shape(i).size()); }
-  DType dtype(size_t i) const { return in(i).dtype; }
-  const ConstValue* value(size_t i) const { return has_input(i) && in(i).value ? &*in(i).value : nullptr; }
-
-  // Input i's values, which must be known ahead of time (a target shape, axes, pads...).
-  const ConstValue& need_value(size_t i, const std::string& what) const {
-    const ConstValue* v = value(i);
-    if (!v) {
-      fail("its " + what + " (input " + quote(in(i).name) + ") is not known ahead of time; AutoVM "
-           "needs it to be a constant or computable from shapes");
-    }
-    return *v;
-  }
-  std::vector<int64_t> need_ints(size_t i, const std::string& what) const {
-    const ConstValue& v = need_value(i, what);
-    if (is_floating(v.dtype)) fail("its " + what + " (input " + quote(in(i).name) + ") must be integers");
-    return v.ints;
-  }
-
-  size_t num_outputs() const { return n_.outputs.size(); }
-  bool has_output(size_t k) const { return k < n_.outputs.size() && n_.outputs[k] >= 0; }
-  const Value& out(size_t k) const { return m_.values[n_.outputs[k]]; }
-
-  void set(size_t k, DType dtype, Shape shape) {
-    if (checked_element_count(shape) < 0) {
-      fail("output " + num(int64_t(k)) + " would have shape " + str(shape) + ", which is negative or too large");
-    }
-    if (!has_output(k)) return;
-    Value& v = m_.values[n_.outputs[k]];
-    v.dtype = dtype;
-    v.shape = std::move(shape);
-    v.shape_known = true;
-  }
-
-  // An empty value with output k's dtype and shape, for eval to fill.
-  ConstValue blank(size_t k) const {
-    ConstValue v;
-    if (has_output(k)) {
-      v.dtype = out(k).dtype;
-      v.shape = out(k).shape;
-    }
-    return v;
-  }
-  void set_value(size_t k, ConstValue v) {
-    if (!has_output(k)) return;
-    assert(int64_t(is_floating(v.dtype) ? v.floats.size() : v.ints.size()) == element_count(v.shape));
-    m_.values[n_.outputs[k]].value = std::move(v);
-  }
-
- private:
-  Model& m_;
-  Node& n_;
-};
 
 // ---- Elementwise ops ----
 
@@ -318,15 +142,6 @@ bool eval_sqrt(Ctx& c) {
   if (!is_floating(x.dtype)) return false;
   ConstValue out = c.blank(0);
   for (double f : x.floats) out.floats.push_back(std::sqrt(f));
-  c.set_value(0, std::move(out));
-  return true;
-}
-
-// Copies input 0's values unchanged into output 0's shape (Identity, Reshape, Flatten, ...).
-bool eval_copy(Ctx& c) {
-  ConstValue out = c.blank(0);
-  const ConstValue& x = *c.value(0);
-  for (int64_t i = 0; i < x.size(); ++i) put(out, x, i);
   c.set_value(0, std::move(out));
   return true;
 }
@@ -494,11 +309,12 @@ void infer_batch_norm(Ctx& c) {
 
 // ---- Reductions, matrix products ----
 
-// Which axes a ReduceMean/ReduceProd reduces; empty when it is a no-op (noop_with_empty_axes).
+// Which axes a Reduce* node reduces; empty when it is a no-op (noop_with_empty_axes). The axes
+// are an input from opset 13 for ReduceSum, from 18 for the others; an attribute before.
 std::vector<bool> reduced_axes(const Ctx& c) {
   const int64_t rank = c.rank(0);
   std::vector<int64_t> axes;
-  if (c.opset() >= 18) {
+  if (c.opset() >= (c.node().op == "ReduceSum" ? 13 : 18)) {
     if (c.has_input(1)) axes = c.need_ints(1, "axes");
   } else {
     axes = c.node().attr_ints("axes");
@@ -530,23 +346,26 @@ void infer_reduce(Ctx& c) {
   c.set(0, c.dtype(0), reduced_shape(c.shape(0), reduced_axes(c), c.node().attr_i("keepdims", 1) != 0));
 }
 
-template <bool mean>
+enum class Reduce { mean, prod, sum };
+
+template <Reduce kind>
 bool eval_reduce(Ctx& c) {
+  constexpr bool mean = kind == Reduce::mean, additive = kind != Reduce::prod;
   const ConstValue& x = *c.value(0);
   const std::vector<bool> mask = reduced_axes(c);
   if (mask.empty()) return eval_copy(c);
   const Shape kept = reduced_shape(x.shape, mask, true);
   const int64_t n = element_count(kept);
   if (n == 0) return eval_copy(c);  // an empty output: nothing to compute
-  std::vector<double> acc_f(size_t(n), mean ? 0.0 : 1.0);
-  std::vector<int64_t> acc_i(size_t(n), mean ? 0 : 1);
+  std::vector<double> acc_f(size_t(n), additive ? 0.0 : 1.0);
+  std::vector<int64_t> acc_i(size_t(n), additive ? 0 : 1);
   const bool ints = !is_floating(x.dtype);
   int64_t e = 0;
   for_each_broadcast(x.shape, {&kept}, [&](const std::vector<int64_t>& at) {
     if (ints) {
-      acc_i[at[0]] = mean ? add(acc_i[at[0]], x.ints[e]) : mul(acc_i[at[0]], x.ints[e]);
+      acc_i[at[0]] = additive ? add(acc_i[at[0]], x.ints[e]) : mul(acc_i[at[0]], x.ints[e]);
     } else {
-      acc_f[at[0]] = mean ? acc_f[at[0]] + x.floats[e] : acc_f[at[0]] * x.floats[e];
+      acc_f[at[0]] = additive ? acc_f[at[0]] + x.floats[e] : acc_f[at[0]] * x.floats[e];
     }
     ++e;
   });
@@ -589,357 +408,6 @@ void infer_matmul(Ctx& c) {
   Shape out = broadcast({&batch_a, &batch_b});
   if (!vec_a) out.push_back(a[a.size() - 2]);
   if (!vec_b) out.push_back(b.back());
-  c.set(0, c.dtype(0), out);
-}
-
-// ---- Shape manipulation ----
-
-void infer_flatten(Ctx& c) {
-  const Shape& x = c.shape(0);
-  const int64_t rank = c.rank(0);
-  int64_t axis = c.node().attr_i("axis", 1);
-  if (axis < -rank || axis > rank) fail("axis " + num(axis) + " is out of range for input " + str(x));
-  if (axis < 0) axis += rank;
-  c.set(0, c.dtype(0), {product(x.begin(), x.begin() + axis), product(x.begin() + axis, x.end())});
-}
-
-void infer_reshape(Ctx& c) {
-  const Shape& x = c.shape(0);
-  const std::vector<int64_t> target =
-      c.opset() < 5 ? c.node().attr_ints("shape") : c.need_ints(1, "target shape");
-  const bool allowzero = c.opset() >= 14 && c.node().attr_i("allowzero", 0) != 0;
-  Shape out;
-  int64_t infer_at = -1, known = 1;
-  for (size_t i = 0; i < target.size(); ++i) {
-    int64_t t = target[i];
-    if (t == 0 && !allowzero) {
-      if (i >= x.size()) fail("target shape " + str(target) + " copies dim " + num(int64_t(i)) + " (0), which the input " + str(x) + " lacks");
-      t = x[i];
-    } else if (t == -1) {
-      if (infer_at >= 0) fail("target shape " + str(target) + " has more than one -1");
-      infer_at = int64_t(i);
-      out.push_back(1);
-      continue;
-    } else if (t < -1) {
-      fail("target shape " + str(target) + " has a negative dim");
-    }
-    known = mul(known, t);
-    out.push_back(t);
-  }
-  const int64_t count = element_count(x);
-  if (infer_at >= 0) {
-    if (known == 0 || count % known != 0) {
-      fail("cannot reshape " + str(x) + " (" + num(count) + " elements) into " + str(target));
-    }
-    out[infer_at] = count / known;
-  } else if (known != count) {
-    fail("cannot reshape " + str(x) + " (" + num(count) + " elements) into " + str(target) + " (" + num(known) + " elements)");
-  }
-  c.set(0, c.dtype(0), out);
-}
-
-void infer_transpose(Ctx& c) {
-  const Shape& x = c.shape(0);
-  std::vector<int64_t> perm = c.node().attr_ints("perm");
-  if (perm.empty()) {
-    for (size_t j = x.size(); j-- > 0;) perm.push_back(int64_t(j));
-  }
-  std::vector<bool> seen(x.size(), false);
-  Shape out;
-  for (int64_t p : perm) {
-    if (perm.size() != x.size() || p < 0 || p >= int64_t(x.size()) || seen[p]) {
-      fail("perm " + str(perm) + " is not a permutation of the axes of input " + str(x));
-    }
-    seen[p] = true;
-    out.push_back(x[p]);
-  }
-  c.set(0, c.dtype(0), out);
-}
-
-int64_t concat_axis(const Ctx& c) {
-  if (!c.node().attr("axis")) fail("Concat needs an 'axis' attribute");
-  return norm_axis(c.node().attr_i("axis", 0), c.rank(0));
-}
-
-void infer_concat(Ctx& c) {
-  if (c.num_inputs() == 0) fail("Concat needs at least one input");
-  const int64_t axis = concat_axis(c);
-  Shape out = c.shape(0);
-  for (size_t i = 1; i < c.num_inputs(); ++i) {
-    const Shape& s = c.shape(i);
-    bool ok = s.size() == out.size();
-    for (size_t j = 0; ok && j < s.size(); ++j) ok = int64_t(j) == axis || s[j] == out[j];
-    if (!ok) fail("input " + num(int64_t(i)) + " has shape " + str(s) + ", which does not match " + str(c.shape(0)) + " except along axis " + num(axis));
-    out[axis] = add(out[axis], s[axis]);
-  }
-  c.set(0, c.dtype(0), out);
-}
-
-bool eval_concat(Ctx& c) {
-  const int64_t axis = concat_axis(c);
-  ConstValue out = c.blank(0);
-  const int64_t outer = product(out.shape.begin(), out.shape.begin() + axis);
-  const int64_t inner = product(out.shape.begin() + axis + 1, out.shape.end());
-  for (int64_t o = 0; o < outer; ++o) {
-    for (size_t i = 0; i < c.num_inputs(); ++i) {
-      const ConstValue& v = *c.value(i);
-      const int64_t chunk = v.shape[axis] * inner;
-      for (int64_t e = 0; e < chunk; ++e) put(out, v, o * chunk + e);
-    }
-  }
-  c.set_value(0, std::move(out));
-  return true;
-}
-
-void infer_split(Ctx& c) {
-  const Shape& x = c.shape(0);
-  const int64_t axis = norm_axis(c.node().attr_i("axis", 0), c.rank(0)), dim = x[axis];
-  const int64_t n = int64_t(c.num_outputs());
-  if (n == 0) fail("Split has no outputs");
-  std::vector<int64_t> sizes;
-  if (c.opset() >= 13 && c.has_input(1)) {
-    sizes = c.need_ints(1, "split sizes");
-  } else if (c.opset() < 13 && c.node().attr("split")) {
-    sizes = c.node().attr_ints("split");
-  } else if (c.opset() >= 18 && c.node().attr("num_outputs")) {
-    if (c.node().attr_i("num_outputs", 0) != n) {
-      fail("num_outputs is " + num(c.node().attr_i("num_outputs", 0)) + " but the node has " + num(n) + " outputs");
-    }
-    const int64_t chunk = dim / n + (dim % n != 0);  // the last chunk may be smaller
-    sizes.assign(size_t(n), chunk);
-    sizes.back() = dim - chunk * (n - 1);
-    if (sizes.back() < 0) fail("cannot split axis " + num(axis) + " of " + str(x) + " into " + num(n) + " chunks");
-  } else {
-    if (dim % n != 0) fail("axis " + num(axis) + " of " + str(x) + " does not split evenly into " + num(n) + " outputs");
-    sizes.assign(size_t(n), dim / n);
-  }
-  if (int64_t(sizes.size()) != n) fail("split sizes " + str(sizes) + " do not match the " + num(n) + " outputs");
-  int64_t total = 0;
-  for (int64_t s : sizes) {
-    if (s < 0) fail("split sizes " + str(sizes) + " must be non-negative");
-    total = add(total, s);
-  }
-  if (total != dim) fail("split sizes " + str(sizes) + " sum to " + num(total) + " but axis " + num(axis) + " of " + str(x) + " is " + num(dim));
-  for (int64_t k = 0; k < n; ++k) {
-    Shape s = x;
-    s[axis] = sizes[k];
-    c.set(size_t(k), c.dtype(0), s);
-  }
-}
-
-struct SliceDim {
-  int64_t start = 0, step = 1, len = 0;
-};
-
-// The effective start, step and length of a Slice along every axis of its input.
-std::vector<SliceDim> slice_plan(const Ctx& c) {
-  const Shape& x = c.shape(0);
-  const int64_t rank = c.rank(0);
-  std::vector<int64_t> starts, ends, axes, steps;
-  if (c.opset() < 10) {
-    starts = c.node().attr_ints("starts");
-    ends = c.node().attr_ints("ends");
-    axes = c.node().attr_ints("axes");
-  } else {
-    starts = c.need_ints(1, "starts");
-    ends = c.need_ints(2, "ends");
-    if (c.has_input(3)) axes = c.need_ints(3, "axes");
-    if (c.has_input(4)) steps = c.need_ints(4, "steps");
-  }
-  if (axes.empty()) {
-    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
-  }
-  if (steps.empty()) steps.assign(starts.size(), 1);
-  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) {
-    fail("starts " + str(starts) + ", ends " + str(ends) + ", axes " + str(axes) + " and steps " + str(steps) + " differ in length");
-  }
-  std::vector<SliceDim> plan(static_cast<size_t>(rank));
-  for (size_t j = 0; j < plan.size(); ++j) plan[j].len = x[j];
-  std::vector<bool> seen(size_t(rank), false);
-  for (size_t i = 0; i < starts.size(); ++i) {
-    const int64_t axis = norm_axis(axes[i], rank), d = x[axis], step = steps[i];
-    if (seen[axis]) fail("axes " + str(axes) + " repeat axis " + num(axes[i]));
-    seen[axis] = true;
-    if (step == 0) fail("steps " + str(steps) + " contain 0");
-    int64_t s = starts[i] < 0 ? starts[i] + d : starts[i];
-    int64_t e = ends[i] < 0 ? ends[i] + d : ends[i];
-    int64_t len = 0;
-    if (step > 0) {
-      s = std::clamp<int64_t>(s, 0, d);
-      e = std::clamp<int64_t>(e, 0, d);
-      len = e > s ? (e - s - 1) / step + 1 : 0;
-    } else if (d > 0) {
-      s = std::clamp<int64_t>(s, 0, d - 1);
-      e = std::clamp<int64_t>(e, -1, d - 1);
-      const uint64_t magnitude = uint64_t(0) - uint64_t(step);  // safe for INT64_MIN
-      len = s > e ? int64_t(uint64_t(s - e - 1) / magnitude) + 1 : 0;
-    }
-    plan[axis] = {s, step, len};
-  }
-  return plan;
-}
-
-void infer_slice(Ctx& c) {
-  Shape out;
-  for (const SliceDim& d : slice_plan(c)) out.push_back(d.len);
-  c.set(0, c.dtype(0), out);
-}
-
-bool eval_slice(Ctx& c) {
-  const ConstValue& x = *c.value(0);
-  const std::vector<SliceDim> plan = slice_plan(c);
-  const size_t rank = plan.size();
-  std::vector<int64_t> stride(rank, 1);
-  for (size_t j = rank; j-- > 1;) stride[j - 1] = stride[j] * x.shape[j];
-  ConstValue out = c.blank(0);
-  const int64_t count = element_count(out.shape);
-  std::vector<int64_t> coord(rank, 0);
-  for (int64_t e = 0; e < count; ++e) {
-    int64_t src = 0;
-    for (size_t j = 0; j < rank; ++j) src += (plan[j].start + coord[j] * plan[j].step) * stride[j];
-    put(out, x, src);
-    for (size_t j = rank; j-- > 0;) {
-      if (++coord[j] < plan[j].len) break;
-      coord[j] = 0;
-    }
-  }
-  c.set_value(0, std::move(out));
-  return true;
-}
-
-void infer_gather(Ctx& c) {
-  const Shape &x = c.shape(0), &idx = c.shape(1);
-  if (x.empty()) fail("data must have rank 1 or more");
-  if (is_floating(c.dtype(1))) fail("indices must be integers");
-  const int64_t axis = norm_axis(c.node().attr_i("axis", 0), c.rank(0));
-  Shape out(x.begin(), x.begin() + axis);
-  out.insert(out.end(), idx.begin(), idx.end());
-  out.insert(out.end(), x.begin() + axis + 1, x.end());
-  c.set(0, c.dtype(0), out);
-}
-
-bool eval_gather(Ctx& c) {
-  const ConstValue &x = *c.value(0), &idx = *c.value(1);
-  const int64_t axis = norm_axis(c.node().attr_i("axis", 0), c.rank(0)), d = x.shape[axis];
-  const int64_t outer = product(x.shape.begin(), x.shape.begin() + axis);
-  const int64_t inner = product(x.shape.begin() + axis + 1, x.shape.end());
-  ConstValue out = c.blank(0);
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t k = 0; k < idx.size(); ++k) {
-      int64_t i = idx.ints[k];
-      if (i < -d || i >= d) fail("index " + num(i) + " is out of range for axis " + num(axis) + " of size " + num(d));
-      if (i < 0) i += d;
-      for (int64_t e = 0; e < inner; ++e) put(out, x, (o * d + i) * inner + e);
-    }
-  }
-  c.set_value(0, std::move(out));
-  return true;
-}
-
-void infer_shape(Ctx& c) {
-  const int64_t rank = c.rank(0);
-  auto clamp_end = [rank](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
-  const int64_t start = clamp_end(c.node().attr_i("start", 0)), end = clamp_end(c.node().attr_i("end", rank));
-  c.set(0, DType::i64, {std::max<int64_t>(end - start, 0)});
-}
-
-bool eval_shape(Ctx& c) {
-  const int64_t rank = c.rank(0);
-  auto clamp_end = [rank](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
-  const int64_t start = clamp_end(c.node().attr_i("start", 0)), end = clamp_end(c.node().attr_i("end", rank));
-  ConstValue out = c.blank(0);
-  for (int64_t j = start; j < end; ++j) out.ints.push_back(c.shape(0)[j]);
-  c.set_value(0, std::move(out));
-  return true;
-}
-
-void infer_unsqueeze(Ctx& c) {
-  const Shape& x = c.shape(0);
-  const std::vector<int64_t> axes = c.opset() >= 13 ? c.need_ints(1, "axes") : c.node().attr_ints("axes");
-  if (axes.empty()) fail("Unsqueeze needs axes");
-  const int64_t rank = add(c.rank(0), int64_t(axes.size()));
-  std::vector<bool> inserted(size_t(rank), false);
-  for (int64_t a : axes) {
-    int64_t ax = norm_axis(a, rank);
-    if (inserted[ax]) fail("axes " + str(axes) + " repeat axis " + num(a));
-    inserted[ax] = true;
-  }
-  Shape out;
-  size_t next = 0;
-  for (int64_t j = 0; j < rank; ++j) out.push_back(inserted[j] ? 1 : x[next++]);
-  c.set(0, c.dtype(0), out);
-}
-
-void infer_squeeze(Ctx& c) {
-  const Shape& x = c.shape(0);
-  std::vector<int64_t> axes;
-  if (c.opset() >= 13) {
-    if (c.has_input(1)) axes = c.need_ints(1, "axes");
-  } else {
-    axes = c.node().attr_ints("axes");
-  }
-  std::vector<bool> removed(x.size(), axes.empty());
-  for (int64_t a : axes) {
-    int64_t ax = norm_axis(a, c.rank(0));
-    if (x[ax] != 1) fail("cannot squeeze axis " + num(a) + " of size " + num(x[ax]) + " (input " + str(x) + ")");
-    removed[ax] = true;
-  }
-  Shape out;
-  for (size_t j = 0; j < x.size(); ++j) {
-    if (!removed[j] || x[j] != 1) out.push_back(x[j]);
-  }
-  c.set(0, c.dtype(0), out);
-}
-
-void infer_pad(Ctx& c) {
-  const Shape& x = c.shape(0);
-  const std::vector<int64_t> pads = c.opset() < 11 ? c.node().attr_ints(c.opset() < 2 ? "paddings" : "pads")
-                                                   : c.need_ints(1, "pads");
-  std::vector<int64_t> axes;
-  if (c.opset() >= 18 && c.has_input(3)) {
-    for (int64_t a : c.need_ints(3, "axes")) axes.push_back(norm_axis(a, c.rank(0)));
-  } else {
-    for (size_t j = 0; j < x.size(); ++j) axes.push_back(int64_t(j));
-  }
-  if (pads.size() != 2 * axes.size()) {
-    fail("pads " + str(pads) + " has " + num(int64_t(pads.size())) + " values; input " + str(x) + " needs " + num(2 * int64_t(axes.size())));
-  }
-  const std::string mode = c.node().attr_s("mode", "constant");
-  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") fail("unknown pad mode " + quote(mode));
-  Shape out = x;
-  for (size_t i = 0; i < axes.size(); ++i) {
-    int64_t& d = out[axes[i]];
-    d = add(add(d, pads[i]), pads[i + axes.size()]);
-    if (d < 0) fail("pads " + str(pads) + " make axis " + num(axes[i]) + " of input " + str(x) + " negative");
-  }
-  c.set(0, c.dtype(0), out);
-}
-
-// Upsample (opset 7-9) and Resize (10+): out[i] = floor(x[i] * scales[i]), or `sizes`.
-void infer_resize(Ctx& c) {
-  const Shape& x = c.shape(0);
-  const Node& n = c.node();
-  std::vector<double> scales;
-  if (n.op == "Upsample" && c.opset() < 9) {
-    scales = n.attr(std::string("scales")) ? n.attr(std::string("scales"))->floats : std::vector<double>{};
-  } else {
-    size_t scales_input = n.op == "Upsample" || c.opset() < 11 ? 1 : 2;
-    if (n.op == "Resize" && c.opset() >= 11 && c.has_input(3)) {
-      std::vector<int64_t> sizes = c.need_ints(3, "sizes");
-      if (sizes.size() != x.size()) fail("sizes " + str(sizes) + " do not match input " + str(x));
-      c.set(0, c.dtype(0), Shape(sizes.begin(), sizes.end()));
-      return;
-    }
-    const ConstValue& v = c.need_value(scales_input, "scales");
-    scales = v.floats;
-    if (scales.empty()) for (int64_t i : v.ints) scales.push_back(double(i));
-  }
-  if (scales.size() != x.size()) fail("scales have " + num(int64_t(scales.size())) + " values; input " + str(x) + " needs one per axis");
-  Shape out = x;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (!(scales[i] > 0) || scales[i] > 1e6) fail("scale " + std::to_string(scales[i]) + " is not a positive factor");
-    out[i] = int64_t(std::floor(double(x[i]) * scales[i]));
-  }
   c.set(0, c.dtype(0), out);
 }
 
@@ -1041,11 +509,6 @@ bool eval_range(Ctx& c) {
   return true;
 }
 
-struct Rule {
-  void (*infer)(Ctx&);
-  bool (*eval)(Ctx&) = nullptr;  // computes output values from known input values; false if it cannot
-};
-
 const Rule* find_rule(std::string_view op) {
   static const std::unordered_map<std::string_view, Rule> rules = {
       {"Add", {infer_arith, eval_arith<Arith::add>}},
@@ -1053,52 +516,55 @@ const Rule* find_rule(std::string_view op) {
       {"BatchNormalization", {infer_batch_norm}},
       {"Cast", {infer_cast, eval_cast}},
       {"Clip", {infer_same}},
-      {"Concat", {infer_concat, eval_concat}},
       {"Constant", {infer_constant, eval_constant}},
       {"ConstantOfShape", {infer_constant_of_shape, eval_constant_of_shape}},
       {"Conv", {infer_conv}},
       {"Div", {infer_arith, eval_arith<Arith::div>}},
       {"Dropout", {infer_dropout}},
+      {"Elu", {infer_same}},
       {"Equal", {infer_compare, eval_equal}},
       {"Erf", {infer_same}},
       {"Expand", {infer_expand, eval_expand}},
-      {"Flatten", {infer_flatten, eval_copy}},
-      {"Gather", {infer_gather, eval_gather}},
+      {"Gelu", {infer_same}},
       {"Gemm", {infer_gemm}},
       {"GlobalAveragePool", {infer_global_pool}},
+      {"GlobalMaxPool", {infer_global_pool}},
+      {"Greater", {infer_compare}},
+      {"GreaterOrEqual", {infer_compare}},
       {"HardSigmoid", {infer_same}},
       {"HardSwish", {infer_same}},
       {"Identity", {infer_same, eval_copy}},
       {"LRN", {infer_lrn}},
       {"LayerNormalization", {infer_layer_norm}},
+      {"LeakyRelu", {infer_same}},
+      {"Less", {infer_compare}},
+      {"LessOrEqual", {infer_compare}},
       {"MatMul", {infer_matmul}},
       {"MaxPool", {infer_pool}},
+      {"Mish", {infer_same}},
       {"Mul", {infer_arith, eval_arith<Arith::mul>}},
       {"Neg", {infer_same, eval_neg}},
       {"Not", {infer_not, eval_not}},
-      {"Pad", {infer_pad}},
       {"Pow", {infer_arith, eval_arith<Arith::pow>}},
       {"Range", {infer_range, eval_range}},
-      {"ReduceMean", {infer_reduce, eval_reduce<true>}},
-      {"ReduceProd", {infer_reduce, eval_reduce<false>}},
+      {"ReduceMax", {infer_reduce}},
+      {"ReduceMean", {infer_reduce, eval_reduce<Reduce::mean>}},
+      {"ReduceProd", {infer_reduce, eval_reduce<Reduce::prod>}},
+      {"ReduceSum", {infer_reduce, eval_reduce<Reduce::sum>}},
       {"Relu", {infer_same}},
-      {"Resize", {infer_resize}},
-      {"Reshape", {infer_reshape, eval_copy}},
-      {"Shape", {infer_shape, eval_shape}},
+      {"Selu", {infer_same}},
       {"Sigmoid", {infer_same}},
-      {"Slice", {infer_slice, eval_slice}},
       {"Softmax", {infer_softmax}},
-      {"Split", {infer_split}},
+      {"Softplus", {infer_same}},
       {"Sqrt", {infer_same, eval_sqrt}},
-      {"Squeeze", {infer_squeeze, eval_copy}},
       {"Sub", {infer_arith, eval_arith<Arith::sub>}},
-      {"Transpose", {infer_transpose}},
-      {"Unsqueeze", {infer_unsqueeze, eval_copy}},
-      {"Upsample", {infer_resize}},
+      {"Tanh", {infer_same}},
       {"Where", {infer_where, eval_where}},
   };
   auto it = rules.find(op);
-  return it == rules.end() ? nullptr : &it->second;
+  if (it != rules.end()) return &it->second;
+  const Rule* layout = find_layout_rule(op);
+  return layout ? layout : find_dense_rule(op);
 }
 
 void set_input_shape(Value& v, int64_t batch) {

@@ -12,13 +12,16 @@
 namespace autovm::model {
 namespace {
 
-constexpr std::array<std::string_view, 48> kSupported = {
+constexpr std::array<std::string_view, 69> kSupported = {
     "Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Constant",
-    "ConstantOfShape", "Conv", "Div", "Dropout", "Equal", "Erf", "Expand", "Flatten", "Gather",
-    "Gemm", "GlobalAveragePool", "HardSigmoid", "HardSwish", "Identity", "LRN", "LayerNormalization", "MatMul",
-    "MaxPool", "Mul", "Neg", "Not", "Pad", "Pow", "Range", "ReduceMean", "ReduceProd", "Relu",
-    "Reshape", "Resize", "Shape", "Sigmoid", "Slice", "Softmax", "Split", "Sqrt", "Squeeze", "Sub",
-    "Transpose", "Unsqueeze", "Upsample", "Where",
+    "ConstantOfShape", "Conv", "ConvTranspose", "Div", "Dropout", "Elu", "Equal", "Erf", "Expand",
+    "Flatten", "Gather", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "Greater",
+    "GreaterOrEqual", "GroupNormalization", "HardSigmoid", "HardSwish", "Identity",
+    "InstanceNormalization", "LRN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual",
+    "MatMul", "Max", "MaxPool", "Min", "Mish", "Mul", "Neg", "Not", "Pad", "Pow",
+    "RandomUniformLike", "Range", "ReduceMax", "ReduceMean", "ReduceProd", "ReduceSum", "Relu",
+    "Reshape", "Resize", "Selu", "Shape", "Sigmoid", "Slice", "Softmax", "Softplus", "Split",
+    "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Transpose", "Unsqueeze", "Upsample", "Where",
 };
 static_assert(std::is_sorted(kSupported.begin(), kSupported.end()));
 

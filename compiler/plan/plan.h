@@ -45,6 +45,8 @@ struct PlanOptions {
   int64_t conv_workspace_limit = int64_t(256) << 20;
   training::DataParallelOptions data_parallel;  // --data-parallel, --bucket-mb
   bool pool_indices = false;  // --pool-indices: max pooling keeps int64 indices (PyTorch)
+  training::Loss loss = training::Loss::cross_entropy;  // --loss
+  training::Autocast autocast = training::Autocast::none;  // --autocast
   bool explain_bound = false;  // --explain-bound: keep the bound's terms (Plan::bound_terms)
   int64_t alignment = 256;
 };

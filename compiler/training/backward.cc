@@ -1,4 +1,4 @@
-// Pass: the backward steps. Starts from the loss's gradient and walks the forward steps in
+// Pass: the backward steps. Starts from the loss's gradients and walks the forward steps in
 // reverse; each step with a gradient to propagate becomes "<Op>Grad", which reads the gradients
 // of its outputs and the forward tensors its rule needs, and writes a gradient for each input
 // that requires one. A second gradient for the same tensor is added in place ("GradSum").
@@ -10,7 +10,7 @@
 namespace autovm::training {
 
 std::vector<TensorId> append_backward(const model::Model& m, const ForwardPass& fp,
-                                      TrainingStep& ts) {
+                                      const std::vector<LossTerm>& loss, TrainingStep& ts) {
   TrainingGraph& g = ts.graph;
   std::vector<TensorId> grad_of(g.tensors.size(), kNoTensor);
   auto grad = [&](TensorId t) -> TensorId& {
@@ -18,15 +18,28 @@ std::vector<TensorId> append_backward(const model::Model& m, const ForwardPass& 
     return grad_of[static_cast<size_t>(t)];
   };
 
-  // The loss's gradient: d loss / d logits = softmax(logits) - onehot(label), scaled by 1/batch.
-  const Step& loss_step = g.steps.back();
-  TensorId log_prob = loss_step.outputs[1];
-  const Tensor logits = g.tensor(ts.logits);  // a copy: add_tensor may reallocate
-  TensorId d_logits = g.add_tensor("grad/" + logits.name, TensorKind::activation_grad,
-                                   logits.dtype, logits.shape);
-  add_step(g, "SoftmaxCrossEntropyLossGrad", Phase::backward, "", {log_prob, ts.label},
-           {d_logits}, 3.0 * static_cast<double>(element_count(ts.logits_shape)));
-  grad(ts.logits) = d_logits;
+  // The loss's gradients, one per term: cross-entropy's d loss / d scores = softmax(scores) -
+  // onehot(label), scaled by 1/count, from the saved log-probabilities; mean squared error's
+  // 2 (output - target) / count; an external loss's, handed in by the training script.
+  for (const LossTerm& term : loss) {
+    const Tensor out = g.tensor(term.output);  // a copy: add_tensor may reallocate
+    TensorId d_out = g.add_tensor("grad/" + out.name, TensorKind::activation_grad, out.dtype, out.shape);
+    const double elements = static_cast<double>(element_count(out.shape));
+    switch (ts.loss_kind) {
+      case Loss::cross_entropy:
+        add_step(g, "SoftmaxCrossEntropyLossGrad", Phase::backward, term.node, {term.log_prob, term.target},
+                 {d_out}, 3.0 * elements);
+        break;
+      case Loss::mse:
+        add_step(g, "MeanSquaredErrorLossGrad", Phase::backward, term.node, {term.output, term.target},
+                 {d_out}, 3.0 * elements);
+        break;
+      case Loss::external:
+        add_step(g, "ExternalLossGrad", Phase::backward, term.node, {term.output}, {d_out}, 4.0 * elements);
+        break;
+    }
+    grad(term.output) = d_out;
+  }
 
   for (auto rec = fp.records.rbegin(); rec != fp.records.rend(); ++rec) {
     const GradientRule& rule = *rec->rule;

@@ -20,7 +20,9 @@ double elementwise_cost(const std::string& op) {
   static const std::unordered_map<std::string, double> cost = {
       {"Relu", 1}, {"Clip", 2}, {"HardSigmoid", 3}, {"HardSwish", 5}, {"Sigmoid", 4},
       {"Erf", 8},  {"Sqrt", 4}, {"Add", 1},         {"Sub", 1},       {"Mul", 1},
-      {"Div", 1},  {"Pow", 8},  {"Where", 1},       {"Dropout", 2}};
+      {"Div", 1},  {"Pow", 8},  {"Where", 1},       {"Dropout", 2},   {"LeakyRelu", 2},
+      {"Elu", 8},  {"Selu", 8}, {"Tanh", 8},        {"Softplus", 8},  {"Mish", 12},
+      {"Gelu", 12}, {"Less", 1}, {"Greater", 1}, {"LessOrEqual", 1}, {"GreaterOrEqual", 1},    {"RandomUniformLike", 4}};
   auto it = cost.find(op);
   return it == cost.end() ? 0.0 : it->second;
 }
@@ -39,6 +41,15 @@ double forward_flops(const model::Model& m, const model::Node& n) {
     bool bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
     return numel(out0) * (2 * per_output + (bias ? 1 : 0));
   }
+  if (op == "ConvTranspose") {
+    // Every input element is multiplied by Cout / group * k... weights.
+    const Shape* w = n.inputs.size() > 1 ? shape_of(m, n.inputs[1]) : nullptr;
+    if (!w || !out0 || w->size() < 2) return 0;
+    double per_input = 1;
+    for (size_t i = 1; i < w->size(); ++i) per_input *= static_cast<double>((*w)[i]);
+    bool bias = n.inputs.size() > 2 && n.inputs[2] >= 0;
+    return numel(in0) * 2 * per_input + (bias ? numel(out0) : 0);
+  }
   if (op == "Gemm") {
     const Shape* a = in0;
     if (!a || !out0 || a->size() != 2) return 0;
@@ -49,13 +60,27 @@ double forward_flops(const model::Model& m, const model::Node& n) {
     if (!in0 || !out0 || in0->empty()) return 0;
     return numel(out0) * 2 * static_cast<double>(in0->back());
   }
-  if (op == "BatchNormalization" || op == "LayerNormalization") return 8 * numel(in0);
+  if (op == "BatchNormalization" || op == "LayerNormalization" || op == "InstanceNormalization" ||
+      op == "GroupNormalization")
+    return 8 * numel(in0);
   if (op == "MaxPool" || op == "AveragePool") {
     double window = 1;
     for (int64_t k : n.attr_ints("kernel_shape")) window *= static_cast<double>(k);
     return numel(out0) * window;
   }
-  if (op == "GlobalAveragePool" || op == "ReduceMean") return numel(in0);
+  if (op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "ReduceMean" || op == "ReduceSum" ||
+      op == "ReduceMax")
+    return numel(in0);
+  if (op == "Sum" || op == "Max" || op == "Min")
+    return numel(out0) * static_cast<double>(std::max<size_t>(n.inputs.size(), 2) - 1);
+  if (op == "Resize" || op == "Upsample") {
+    // Per output element: one read (nearest), 2^d weighted reads (linear), 4^d (cubic), over
+    // the d spatial axes.
+    const std::string mode = n.attr_s("mode", "nearest");
+    double taps = 1;
+    for (size_t i = 2; out0 && i < out0->size(); ++i) taps *= mode == "cubic" ? 4 : mode == "nearest" ? 1 : 2;
+    return numel(out0) * (mode == "nearest" ? 1 : 2 * taps);
+  }
   if (op == "Softmax") return 5 * numel(in0);
   if (op == "LRN") return numel(in0) * (2 * static_cast<double>(n.attr_i("size", 1)) + 4);
   return numel(out0) * elementwise_cost(op);
@@ -73,8 +98,10 @@ int64_t conv_workspace_bytes(const model::Model& m, const model::Node& conv, int
   bool no_pad = true;
   for (int64_t p : conv.attr_ints("pads")) no_pad = no_pad && p == 0;
   if (unit_kernel && unit_stride && no_pad) return 0;
-  double elements = static_cast<double>((*y)[0]);        // N
-  for (size_t i = 2; i < y->size(); ++i) elements *= static_cast<double>((*y)[i]);  // Ho*Wo
+  // A transposed convolution's column matrix is over its input grid (col2im).
+  const Shape* grid = conv.op == "ConvTranspose" ? x : y;
+  double elements = static_cast<double>((*grid)[0]);     // N
+  for (size_t i = 2; i < grid->size(); ++i) elements *= static_cast<double>((*grid)[i]);  // Ho*Wo
   for (size_t i = 1; i < w->size(); ++i) elements *= static_cast<double>((*w)[i]);  // Cin/g*kh*kw
   int64_t elt = element_size(m.values[static_cast<size_t>(conv.inputs[0])].dtype);
   double bytes = elements * static_cast<double>(elt);

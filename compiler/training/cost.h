@@ -4,7 +4,8 @@
 //   conv_workspace_bytes: the scratch memory a convolution (forward or backward) is assumed to
 //     take. cuDNN picks an algorithm at run time, so this is an estimate, documented in
 //     docs/execution-model.md: the bytes of the im2col matrix of the whole batch
-//     (N * Ho * Wo * Cin/group * kh * kw elements), capped at `limit`, and zero for 1x1
+//     (N * Ho * Wo * Cin/group * kh * kw elements; for ConvTranspose, whose weight is
+//     [Cin, Cout/group, k...], N * Hi * Wi * Cout/group * kh * kw), capped at `limit`, and zero for 1x1
 //     convolutions with stride 1 and no padding, which run as a plain matrix product.
 #pragma once
 

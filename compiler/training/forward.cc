@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "training/autocast.h"
 #include "training/cost.h"
 #include "training/passes.h"
 #include "util/error.h"
@@ -60,11 +61,64 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
             trainable);
     return t;
   };
+  // Under autocast, the dtype of the running node's floating-point outputs (undefined: as the
+  // model has them).
+  DType autocast_out = DType::undefined;
   auto new_output = [&](int v, bool grad) {
     const auto& val = m.values[static_cast<size_t>(v)];
-    TensorId t = add(val.name, TensorKind::activation, val.dtype, val.shape, grad && is_floating(val.dtype));
+    const DType dtype = autocast_out != DType::undefined && is_floating(val.dtype) ? autocast_out : val.dtype;
+    TensorId t = add(val.name, TensorKind::activation, dtype, val.shape, grad && is_floating(val.dtype));
     tensor_of[static_cast<size_t>(v)] = t;
     return t;
+  };
+
+  // Autocast (autocast.h): casts the node's floating-point data inputs to the dtype its list
+  // runs in, each cast a "Cast" step of its own (a forward record, so that its backward casts
+  // the gradient back), parameters' copies made once and shared; returns the outputs' dtype.
+  std::vector<TensorId> copy_of;  // by parameter: its low-precision copy, once made
+  auto apply_autocast = [&](Autocast mode, size_t ni, std::vector<TensorId>& inputs, size_t data) {
+    const model::Node& n = m.nodes[ni];
+    const DType low = low_dtype(mode);
+    DType widest = DType::undefined;
+    for (size_t i = 0; i < data; ++i) {
+      if (inputs[i] == kNoTensor || !is_floating(g.tensor(inputs[i]).dtype)) continue;
+      DType d = g.tensor(inputs[i]).dtype;
+      if (widest == DType::undefined || d == DType::f32 || d == DType::f64) widest = d == DType::f64 ? DType::f32 : d;
+    }
+    const AutocastList list = autocast_list(n.op);
+    if (list == AutocastList::other) {
+      if (n.op == "BatchNormalization" || n.op == "InstanceNormalization")
+        return inputs[0] == kNoTensor ? DType::undefined : g.tensor(inputs[0]).dtype;
+      return widest;
+    }
+    const DType target = list == AutocastList::lower ? low : list == AutocastList::fp32 ? DType::f32 : widest;
+    for (size_t i = 0; i < data; ++i) {
+      TensorId t = inputs[i];
+      if (t == kNoTensor || !is_floating(g.tensor(t).dtype) || g.tensor(t).dtype == target) continue;
+      const bool cache = g.tensor(t).kind == TensorKind::parameter && target == low;
+      if (cache && size_t(t) < copy_of.size() && copy_of[size_t(t)] != kNoTensor) {
+        inputs[i] = copy_of[size_t(t)];
+        continue;
+      }
+      const Tensor src = g.tensor(t);  // a copy: add may reallocate
+      std::string copy_name = fmt::format("{}/autocast_{}", cache ? src.name : n.name + "/" + src.name,
+                                          target == DType::f32 ? "fp32" : name(mode));
+      TensorId copy = add(std::move(copy_name), TensorKind::activation, target, src.shape,
+                          fp.requires_grad[static_cast<size_t>(t)]);
+      ForwardRecord cast;
+      cast.rule = find_gradient_rule("Cast");
+      cast.node = static_cast<int>(ni);
+      cast.inputs = {t};
+      cast.outputs = {copy};
+      cast.step = add_step(g, "Cast", Phase::forward, n.name, {t}, {copy}, 0).id;
+      fp.records.push_back(std::move(cast));
+      if (cache) {
+        if (copy_of.size() <= size_t(t)) copy_of.resize(size_t(t) + 1, kNoTensor);
+        copy_of[size_t(t)] = copy;
+      }
+      inputs[i] = copy;
+    }
+    return target;
   };
 
   for (size_t ni = 0; ni < m.nodes.size(); ++ni) {
@@ -96,6 +150,9 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
     rec.inputs.assign(n.inputs.size(), kNoTensor);
     bool any_grad = false;
     for (size_t i = 0; i < data; ++i) rec.inputs[i] = tensor_for(n.inputs[i]);
+    autocast_out = DType::undefined;
+    if (o.autocast != Autocast::none && rule->op_class == OpClass::compute && n.op != "Cast")
+      autocast_out = apply_autocast(o.autocast, ni, rec.inputs, data);
     if (rule->op_class == OpClass::compute) {
       bool all = rule->differentiable.empty() && rule->data_inputs < 0;  // Concat
       for (size_t i = 0; i < data; ++i) {
@@ -138,6 +195,14 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
       };
       rec.outputs = {y, saved(1, "/saved_mean"), saved(2, "/saved_inv_std")};
       step_outputs = rec.outputs;
+    } else if (n.op == "InstanceNormalization" || n.op == "GroupNormalization") {
+      // Saved statistics: one per (sample, channel), or per (sample, group).
+      TensorId y = new_output(n.outputs[0], any_grad);
+      const Shape& x = g.tensor(y).shape;
+      const Shape stats{x[0], n.op == "GroupNormalization" ? n.attr_i("num_groups", 1) : x[1]};
+      rec.outputs = {y, add(n.name + "/saved_mean", TensorKind::activation, DType::f32, stats, false),
+                     add(n.name + "/saved_inv_std", TensorKind::activation, DType::f32, stats, false)};
+      step_outputs = rec.outputs;
     } else if (n.op == "Dropout" ||
                (n.op == "MaxPool" && o.pool_indices && !n.outputs.empty() && n.outputs[0] >= 0)) {
       // [Y, a second output of Y's shape that backward reads]: dropout's mask, or max
@@ -168,8 +233,11 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
       if (t != kNoTensor && std::find(step_inputs.begin(), step_inputs.end(), t) == step_inputs.end())
         step_inputs.push_back(t);
     TensorId workspace = kNoTensor;
-    if (n.op == "Conv") {
+    if (n.op == "Conv" || n.op == "ConvTranspose") {
       rec.workspace_bytes = conv_workspace_bytes(m, n, o.conv_workspace_limit);
+      // The estimate is in the model's dtype (f32); a capped one stays at the cap.
+      if (autocast_out != DType::undefined && rec.workspace_bytes < o.conv_workspace_limit)
+        rec.workspace_bytes = rec.workspace_bytes / element_size(DType::f32) * element_size(autocast_out);
       if (rec.workspace_bytes > 0)
         workspace = add(n.name + "/workspace", TensorKind::workspace, DType::u8,
                         Shape{rec.workspace_bytes}, false);
@@ -181,18 +249,30 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
   }
 
   if (m.outputs.empty())
-    throw Error(ErrorKind::invalid_model, "the model has no graph output; AutoVM needs the logits");
-  const auto& out = m.values[static_cast<size_t>(m.outputs[0])];
-  ts.logits = tensor_of[static_cast<size_t>(m.outputs[0])];
-  // The logits may be a view (Flatten) of a higher-rank tensor: check the model's value.
-  if (ts.logits == kNoTensor || g.tensor(ts.logits).kind != TensorKind::activation ||
-      !out.shape_known || out.shape.size() != 2 || !is_floating(out.dtype))
+    throw Error(ErrorKind::invalid_model, "the model has no graph output; AutoVM needs one to train");
+  // The loss reads every floating-point output the model computes (a segmentation model's out
+  // and aux); integer outputs (MaxPool indices, argmax) carry no loss.
+  for (int v : m.outputs) {
+    const auto& out = m.values[static_cast<size_t>(v)];
+    TensorId t = tensor_of[static_cast<size_t>(v)];
+    if (!out.shape_known || !is_floating(out.dtype)) continue;
+    if (t == kNoTensor || g.tensor(t).kind != TensorKind::activation || out.shape.size() < 2)
+      continue;
+    if (std::find(ts.outputs.begin(), ts.outputs.end(), t) != ts.outputs.end()) continue;
+    ts.outputs.push_back(t);
+    ts.output_shapes.push_back(out.shape);
+  }
+  const auto& first = m.values[static_cast<size_t>(m.outputs[0])];
+  if (ts.outputs.empty() || ts.outputs[0] != tensor_of[static_cast<size_t>(m.outputs[0])])
     throw Error(ErrorKind::invalid_model,
-                fmt::format("the model's first output '{}' is not floating-point logits of shape "
-                            "[batch, classes] computed by the model; AutoVM trains classification "
-                            "models: export the model so that its first output is the logits",
-                            out.name));
-  ts.logits_shape = out.shape;
+                fmt::format("the model's first output '{}' is not a floating-point tensor of shape "
+                            "[batch, ...] (rank 2 or more) computed by the model; AutoVM trains "
+                            "the model from its outputs: export the model so that its first output "
+                            "is the logits (classification), the per-pixel scores (segmentation) "
+                            "or the prediction a loss reads",
+                            first.name));
+  ts.logits = ts.outputs[0];
+  ts.logits_shape = ts.output_shapes[0];
   return fp;
 }
 

@@ -8,6 +8,13 @@ namespace {
 constexpr Ref in(int i) { return Ref{false, i}; }
 constexpr Ref out(int i) { return Ref{true, i}; }
 
+// Each of up to 8 inputs needs every input.
+std::vector<std::vector<Ref>> variadic_needs() {
+  std::vector<Ref> all;
+  for (int i = 0; i < 8; ++i) all.push_back(in(i));
+  return std::vector<std::vector<Ref>>(8, all);
+}
+
 std::vector<GradientRule> make_rules() {
   using C = OpClass;
   std::vector<GradientRule> r = {
@@ -21,7 +28,24 @@ std::vector<GradientRule> make_rules() {
       // statistics.
       {"LayerNormalization", C::compute, 3, {0, 1, 2},
        {{in(0), in(1), out(1), out(2)}, {in(0), out(1), out(2)}, {}}, 2},
+      // Transposed convolution: dX = conv(dY, W) needs W; dW = conv(dY, X) needs X; dB = sum(dY).
+      {"ConvTranspose", C::compute, 3, {0, 1, 2}, {{in(1)}, {in(0)}, {}}, 2},
+      // Instance and group norm: outputs [Y, saved_mean, saved_inv_std], one statistic per
+      // (sample, channel) and per (sample, group); like layer norm otherwise.
+      {"InstanceNormalization", C::compute, 3, {0, 1, 2},
+       {{in(0), in(1), out(1), out(2)}, {in(0), out(1), out(2)}, {}}, 2},
+      {"GroupNormalization", C::compute, 3, {0, 1, 2},
+       {{in(0), in(1), out(1), out(2)}, {in(0), out(1), out(2)}, {}}, 2},
       {"Relu", C::compute, 1, {0}, {{out(0)}}, 1},
+      // Activations whose derivative is a function of the input (what autograd saves for
+      // leaky_relu, elu, selu, softplus, mish and gelu), or of the output (tanh).
+      {"LeakyRelu", C::compute, 1, {0}, {{in(0)}}, 1},
+      {"Elu", C::compute, 1, {0}, {{in(0)}}, 1},
+      {"Selu", C::compute, 1, {0}, {{in(0)}}, 1},
+      {"Softplus", C::compute, 1, {0}, {{in(0)}}, 1},
+      {"Mish", C::compute, 1, {0}, {{in(0)}}, 1},
+      {"Gelu", C::compute, 1, {0}, {{in(0)}}, 1},
+      {"Tanh", C::compute, 1, {0}, {{out(0)}}, 1},
       {"Clip", C::compute, 1, {0}, {{in(0)}}, 1},
       {"HardSigmoid", C::compute, 1, {0}, {{in(0)}}, 1},
       {"HardSwish", C::compute, 1, {0}, {{in(0)}}, 1},
@@ -29,6 +53,11 @@ std::vector<GradientRule> make_rules() {
       {"Erf", C::compute, 1, {0}, {{in(0)}}, 1},
       {"Sqrt", C::compute, 1, {0}, {{out(0)}}, 1},
       {"Add", C::compute, 2, {0, 1}, {{}, {}}, 1},
+      {"Sum", C::compute, -1, {}, {}, 1},  // every input differentiable; needs nothing
+      // Elementwise Max and Min (up to 8 inputs, shape_rules_dense.cc): the gradient goes to
+      // the input that is the extreme, found by comparing the inputs.
+      {"Max", C::compute, -1, {0, 1, 2, 3, 4, 5, 6, 7}, variadic_needs(), 1},
+      {"Min", C::compute, -1, {0, 1, 2, 3, 4, 5, 6, 7}, variadic_needs(), 1},
       {"Sub", C::compute, 2, {0, 1}, {{}, {}}, 1},
       {"Mul", C::compute, 2, {0, 1}, {{in(1)}, {in(0)}}, 2},
       {"Div", C::compute, 2, {0, 1}, {{in(1)}, {in(0), in(1)}}, 2},
@@ -39,6 +68,10 @@ std::vector<GradientRule> make_rules() {
       {"AveragePool", C::compute, 1, {0}, {{}}, 1},
       {"GlobalAveragePool", C::compute, 1, {0}, {{}}, 1},
       {"ReduceMean", C::compute, 1, {0}, {{}}, 1},
+      {"ReduceSum", C::compute, 1, {0}, {{}}, 1},
+      // Max reductions route dY to the maxima: input and output locate them.
+      {"ReduceMax", C::compute, 1, {0}, {{in(0), out(0)}}, 1},
+      {"GlobalMaxPool", C::compute, 1, {0}, {{in(0), out(0)}}, 1},
       {"Gemm", C::compute, 3, {0, 1, 2}, {{in(1)}, {in(0)}, {}}, 2},
       {"MatMul", C::compute, 2, {0, 1}, {{in(1)}, {in(0)}}, 2},
       {"Transpose", C::compute, 1, {0}, {{}}, 1},
@@ -67,6 +100,13 @@ std::vector<GradientRule> make_rules() {
       {"Range", C::non_differentiable, 0, {}, {}, 0},
       {"Equal", C::non_differentiable, -1, {}, {}, 0},
       {"Not", C::non_differentiable, -1, {}, {}, 0},
+      {"Less", C::non_differentiable, -1, {}, {}, 0},
+      {"Greater", C::non_differentiable, -1, {}, {}, 0},
+      {"LessOrEqual", C::non_differentiable, -1, {}, {}, 0},
+      {"GreaterOrEqual", C::non_differentiable, -1, {}, {}, 0},
+      // Reads only its input's shape: a generator of the step (the dynamo exporter's dropout
+      // draws its mask with it).
+      {"RandomUniformLike", C::non_differentiable, 0, {}, {}, 0},
       {"Neg", C::compute, 1, {0}, {{}}, 1},
       {"ReduceProd", C::non_differentiable, -1, {}, {}, 0},
       {"Where", C::compute, 3, {1, 2}, {{in(0)}, {in(0)}}, 1},

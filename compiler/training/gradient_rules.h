@@ -8,7 +8,8 @@
 //
 // A forward step's tensor layout is the ONNX node's, with two additions the training step
 // needs: BatchNormalization gets outputs [Y, saved_mean, saved_inv_std] and takes its running
-// statistics as in-place inputs/outputs; LayerNormalization gets [Y, saved_mean, saved_inv_std];
+// statistics as in-place inputs/outputs; LayerNormalization gets [Y, saved_mean, saved_inv_std],
+// and so do InstanceNormalization (statistics [N, C]) and GroupNormalization ([N, groups]);
 // Dropout (training) gets outputs [Y, mask]; MaxPool gets [Y, Indices] with
 // TrainingOptions::pool_indices.
 // Refs below index that layout.
@@ -36,7 +37,9 @@ struct GradientRule {
   std::string_view op;
   OpClass op_class = OpClass::compute;
   int data_inputs = -1;               // leading inputs that are tensors; -1 for all
-  std::vector<int> differentiable;    // input numbers that receive a gradient
+  // Input numbers that receive a gradient; with data_inputs -1, empty means every input (and
+  // then no forward tensor is needed: Concat, Sum).
+  std::vector<int> differentiable;
   // needs[k]: forward tensors needed to compute the gradient of input differentiable[k].
   std::vector<std::vector<Ref>> needs;
   double backward_flops_factor = 1;   // backward FLOPs as a multiple of forward FLOPs

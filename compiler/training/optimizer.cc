@@ -31,6 +31,26 @@ void append_optimizer(const std::vector<TensorId>& gradient_of, const TrainingOp
                       TrainingStep& ts) {
   TrainingGraph& g = ts.graph;
   size_t count = g.tensors.size();
+  // fp16 autocast trains with torch.cuda.amp.GradScaler: scaler.unscale_ (or step) checks every
+  // gradient for inf/NaN and unscales it in place, one foreach kernel over all of them
+  // (_amp_foreach_non_finite_check_and_unscale_), before the optimizer; scaler.update() then
+  // adjusts the scale from found_inf.
+  TensorId scale = kNoTensor, found_inf = kNoTensor;
+  if (o.autocast == Autocast::fp16) {
+    std::vector<TensorId> grads;
+    double elements = 0;
+    for (size_t i = 0; i < count && i < gradient_of.size(); ++i) {
+      if (g.tensors[i].kind != TensorKind::parameter || gradient_of[i] == kNoTensor) continue;
+      grads.push_back(gradient_of[i]);
+      elements += static_cast<double>(element_count(g.tensor(gradient_of[i]).shape));
+    }
+    scale = g.add_tensor("grad_scaler/scale", TensorKind::buffer, DType::f32, Shape{1});
+    found_inf = g.add_tensor("grad_scaler/found_inf", TensorKind::activation, DType::f32, Shape{1});
+    std::vector<TensorId> inputs = grads, outputs = grads;
+    inputs.push_back(scale);
+    outputs.push_back(found_inf);
+    add_step(g, "GradScalerUnscale", Phase::optimizer, "", std::move(inputs), std::move(outputs), 2 * elements);
+  }
   for (size_t i = 0; i < count && i < gradient_of.size(); ++i) {
     if (g.tensors[i].kind != TensorKind::parameter || gradient_of[i] == kNoTensor) continue;
     auto param = static_cast<TensorId>(i);
@@ -58,6 +78,7 @@ void append_optimizer(const std::vector<TensorId>& gradient_of, const TrainingOp
       }
     }
   }
+  if (scale != kNoTensor) add_step(g, "GradScalerUpdate", Phase::optimizer, "", {scale, found_inf}, {scale}, 4);
 }
 
 // DDP's Reducer (torch/csrc/distributed/c10d/reducer.cpp): after the first iteration it

@@ -2,6 +2,7 @@
 // record of forward steps they hand each other. Each pass lives in its own file.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "training/gradient_rules.h"
@@ -24,11 +25,19 @@ struct ForwardPass {
   std::vector<bool> requires_grad;   // by TensorId
 };
 
+// One loss term: the output it scores, its target, and what its gradient step reads.
+struct LossTerm {
+  TensorId output = kNoTensor;
+  TensorId target = kNoTensor;    // labels or target; kNoTensor for an external loss
+  TensorId log_prob = kNoTensor;  // cross-entropy's saved log-probabilities
+  std::string node;               // the loss steps' node: "" for the first term, else the output's name
+};
+
 ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, TrainingStep& ts);
-void append_loss(const model::Model& m, TrainingStep& ts);
+std::vector<LossTerm> append_loss(const model::Model& m, const TrainingOptions& o, TrainingStep& ts);
 // Returns the gradient tensor of each parameter (kNoTensor when it gets none), by TensorId.
 std::vector<TensorId> append_backward(const model::Model& m, const ForwardPass& fp,
-                                      TrainingStep& ts);
+                                      const std::vector<LossTerm>& loss, TrainingStep& ts);
 void append_optimizer(const std::vector<TensorId>& gradient_of, const TrainingOptions& o,
                       TrainingStep& ts);
 // DDP's gradient buckets (DataParallelOptions in training_step.h), after the optimizer.

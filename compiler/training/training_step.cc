@@ -60,8 +60,8 @@ void detect_inference_export(const model::Model& m, TrainingStep& ts) {
 // are allocated once (a chain of 100,000 convolutions has a million tensors). Every model value
 // becomes at most one tensor; a forward node adds at most three more (saved statistics, a
 // workspace) and one step; its backward step at most a gradient per input and a workspace, and
-// a GradSum per input; the loss adds three tensors and two steps; the optimizer one step and up
-// to two state tensors per initializer.
+// a GradSum per input; the loss adds up to five tensors and two steps per output; the optimizer
+// one step and up to two state tensors per initializer.
 void reserve_graph(const model::Model& m, const TrainingOptions& o, TrainingGraph& g) {
   size_t nodes = 0, inputs = 0, initializers = 0;
   for (const auto& n : m.nodes) {
@@ -72,16 +72,17 @@ void reserve_graph(const model::Model& m, const TrainingOptions& o, TrainingGrap
   for (const auto& v : m.values) initializers += v.source == model::ValueSource::initializer;
   size_t state = o.optimizer == Optimizer::adam ? 2 : o.optimizer == Optimizer::momentum ? 1 : 0;
   size_t buckets = o.data_parallel.enabled ? initializers : 0;
-  g.tensors.reserve(m.values.size() + 3 * nodes + 4 + inputs + nodes + state * initializers + buckets);
-  g.steps.reserve(nodes + 2 + nodes + inputs + initializers);
+  const size_t outputs = m.outputs.size();
+  g.tensors.reserve(m.values.size() + 3 * nodes + 5 * outputs + inputs + nodes + state * initializers + buckets);
+  g.steps.reserve(nodes + 2 * outputs + nodes + inputs + initializers);
 }
 
 TrainingStep build_training_step(const model::Model& m, const TrainingOptions& o) {
   TrainingStep ts;
   reserve_graph(m, o, ts.graph);
   ForwardPass fp = append_forward(m, o, ts);
-  append_loss(m, ts);
-  std::vector<TensorId> gradient_of = append_backward(m, fp, ts);
+  std::vector<LossTerm> loss = append_loss(m, o, ts);
+  std::vector<TensorId> gradient_of = append_backward(m, fp, loss, ts);
   append_optimizer(gradient_of, o, ts);
   if (o.data_parallel.enabled) append_gradient_buckets(gradient_of, o.data_parallel, ts);
   detect_inference_export(m, ts);

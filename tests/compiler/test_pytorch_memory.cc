@@ -228,3 +228,76 @@ TEST_CASE("ReLU6 in place saves a copy; an input some node saved is not updated 
   // Held at the end of forward: those and the loss; d went after the Add.
   CHECK(est.end_forward_bytes == est.persistent_bytes + est.batch_bytes + 3 * 4096 + 3 * 512);
 }
+
+// x [1, 4, 8, 8] (1024 B) -> ConvTranspose(w [4, 2, 2, 2], stride 2) -> y [1, 2, 16, 16] (2048 B)
+//   -> InstanceNormalization(s, b [2]) -> n (2048 B), mean and inv_std ([1, 2]: 512 B blocks)
+//   -> the loss over n (log_prob 2048 B).
+// Persistent: w, s, b at 512 B each; batch: x 1024 + label 512. Start 3072.
+TEST_CASE("transposed convolution and instance norm save what PyTorch saves") {
+  TrainingGraph g;
+  TensorId x = g.add_tensor("x", TensorKind::input, DType::f32, {1, 4, 8, 8});
+  TensorId w = g.add_tensor("w", TensorKind::parameter, DType::f32, {4, 2, 2, 2});
+  TensorId y = g.add_tensor("y", TensorKind::activation, DType::f32, {1, 2, 16, 16});
+  TensorId s = g.add_tensor("s", TensorKind::parameter, DType::f32, {2});
+  TensorId b = g.add_tensor("b", TensorKind::parameter, DType::f32, {2});
+  TensorId n = g.add_tensor("n", TensorKind::activation, DType::f32, {1, 2, 16, 16});
+  TensorId mean = g.add_tensor("mean", TensorKind::activation, DType::f32, {1, 2});
+  TensorId inv_std = g.add_tensor("inv_std", TensorKind::activation, DType::f32, {1, 2});
+  step(g, "ConvTranspose", Phase::forward, {x, w}, {y});
+  step(g, "InstanceNormalization", Phase::forward, {y, s, b}, {n, mean, inv_std});
+  finish(g, n, {w, s, b}, "SGD");
+
+  PytorchMemoryEstimate e = predict_pytorch_memory(g, bare());
+  CHECK(e.persistent_bytes == 1536);
+  CHECK(e.batch_bytes == 1536);
+  // Saved: y, mean, inv_std (instance norm), log_prob, total_weight; x is held anyway.
+  CHECK(e.saved_bytes == 2048 + 512 + 512 + 2048 + 512);
+  // Forward: + y, n, mean, inv_std (5120), + the loss's log_prob, total_weight and loss (3072);
+  // then n goes.
+  CHECK(e.forward_peak_bytes == 3072 + 5120 + 3072);
+  CHECK(e.end_forward_bytes == 3072 + 5120 + 3072 - 2048);
+  // The loss's gradients: d_loss, d_log_prob, then d_logits while d_log_prob is held.
+  CHECK(e.backward_peak_bytes == 9216 + 512 + 2048 + 2048 - 512);
+  CHECK(e.gradient_bytes == 3 * 512);
+
+  SUBCASE("the workspace is over the input grid: 256 / 4 x 32 / 4 floats (2048 B), times 8") {
+    PytorchMemoryOptions o = bare();
+    o.conv_workspace_fraction = 8;
+    o.conv_workspace_cap = int64_t(1) << 30;
+    PytorchMemoryEstimate ws = predict_pytorch_memory(g, o);
+    // Forward: 3072 + y 2048 + 16384 around the call. Backward, at the transposed convolution:
+    // persistent and batch 3072, loss 512, dy 2048, ds and db 1024, + dw 512 + 16384 around
+    // the filter gradient (x needs none). A Conv would take its workspace over y's grid: 4x.
+    CHECK(ws.forward_peak_bytes == 3072 + 2048 + 16384);
+    CHECK(ws.backward_peak_bytes == 6656 + 512 + 16384);
+    CHECK(ws.peak_at == "ConvTranspose0");
+  }
+}
+
+// Under bf16 autocast: x [1, 1024] f32 (4096 B) and w [10, 1024] f32 (40960 B) are cast to bf16
+// copies xc (2048 B) and wc (20480 B), which the linear layer saves; autocast's cache holds wc
+// to the end of forward too. Persistent 40960; batch 4096 + 512. Start 45568.
+TEST_CASE("autocast: the weight's cast copy is saved, and its gradient cast back to fp32") {
+  TrainingGraph g;
+  TensorId x = g.add_tensor("x", TensorKind::input, DType::f32, {1, 1024});
+  TensorId w = g.add_tensor("w", TensorKind::parameter, DType::f32, {10, 1024});
+  TensorId xc = g.add_tensor("xc", TensorKind::activation, DType::bf16, {1, 1024});
+  TensorId wc = g.add_tensor("wc", TensorKind::activation, DType::bf16, {10, 1024});
+  TensorId logits = g.add_tensor("logits", TensorKind::activation, DType::bf16, {1, 10});
+  step(g, "Cast", Phase::forward, {x}, {xc});
+  step(g, "Cast", Phase::forward, {w}, {wc});
+  step(g, "Gemm", Phase::forward, {xc, wc}, {logits});
+  finish(g, logits, {w}, "SGD");
+
+  PytorchMemoryEstimate e = predict_pytorch_memory(g, bare());
+  // Forward: + xc 2048, wc 20480, logits 512, the loss's three 512 blocks; logits go.
+  CHECK(e.forward_peak_bytes == 45568 + 2048 + 20480 + 512 + 1536);
+  CHECK(e.end_forward_bytes == 45568 + 2048 + 20480 + 1536);
+  CHECK(e.saved_bytes == 2048 + 20480 + 512 + 512);  // xc, wc, log_prob, total_weight
+  // Backward: the loss's gradients (70656 at most), then its saved tensors go (69120);
+  // the linear layer: d wc 20480 (xc needs none) -> 89600, then d_logits, xc, wc go (66560);
+  // the cast's backward: dw 40960 (fp32) -> 107520, the peak; then d wc goes.
+  CHECK(e.backward_peak_bytes == 107520);
+  CHECK(e.peak_at == "Cast1");
+  CHECK(e.gradient_bytes == 40960);
+}

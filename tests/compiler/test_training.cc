@@ -383,11 +383,13 @@ TEST_CASE("every rule's needs refer to its differentiable inputs") {
   }
 }
 
-TEST_CASE("a model whose output is not logits is refused") {
+TEST_CASE("a model whose first output has no [batch, ...] shape is refused") {
   ModelBuilder b;
   b.input("x", {2, 3, 4, 4}).param("w", {2, 3, 1, 1});
-  b.node("Conv", "conv", {"x", "w"}, {{"y", {2, 2, 4, 4}}}).output("y");
-  CHECK_THROWS_WITH_AS(build(b), doctest::Contains("[batch, classes]"), Error);
+  b.node("Conv", "conv", {"x", "w"}, {{"c", {2, 2, 4, 4}}});
+  b.node("ReduceMean", "mean", {"c"}, {{"y", {2}}}, {{"axes", ints_attr({1, 2, 3})}, {"keepdims", int_attr(0)}})
+      .output("y");
+  CHECK_THROWS_WITH_AS(build(b), doctest::Contains("of shape [batch, ...] (rank 2 or more)"), Error);
 }
 
 TEST_CASE("LayerNormalization keeps input, scale and its saved statistics") {

@@ -68,6 +68,14 @@ with tempfile.TemporaryDirectory() as tmp:
     case("batch not a number", [RESNET18, "--batch", "many"], 2, "--batch takes a whole number")
     case("symbolic batch without --batch", [RESNET18], 2, "--batch N")
     case("unknown optimizer", [RESNET18, "--batch", "2", "--optimizer", "lion"], 2, "unknown optimizer 'lion'")
+    case("unknown loss", [RESNET18, "--batch", "2", "--loss", "dice"], 2, "unknown loss 'dice'", "external")
+    case("unknown autocast dtype", [RESNET18, "--batch", "2", "--autocast", "fp8"], 2, "unknown autocast dtype 'fp8'")
+    case("autocast in the summary", [RESNET18, "--batch", "2", "--autocast", "bf16", "-o", os.devnull], 0,
+         "1000 classes, autocast bf16")
+    case("a loss other than cross-entropy in the summary", [RESNET18, "--batch", "2", "--loss", "mse", "-o",
+                                                            os.devnull], 0, "loss mse, optimizer sgd")
+    case("--help names --loss and --autocast", ["--help"], 0, "--loss cross-entropy|mse|external",
+         "--autocast bf16|fp16", stream="stdout")
     case("unknown device", [RESNET18, "--batch", "2", "--device", "tpu"], 2, "h200-pcie")
     case("budget below one step's needs", [RESNET18, "--batch", "64", "--budget", "1MB"], 6,
          "smallest budget that works", "--budget min")
