@@ -160,18 +160,18 @@ int autovm_version(void) { return AUTOVM_API_VERSION; }
 const char* autovm_last_error(void) { return g_last_error.c_str(); }
 
 autovm_status autovm_plan_load(const char* path, autovm_plan** out) {
-  return guard([&] {
-    need(path, __func__, "path");
-    need(out, __func__, "out");
+  return guard([&, fn = __func__] {
+    need(path, fn, "path");
+    need(out, fn, "out");
     auto plan = std::make_shared<const autovm::rt::Plan>(autovm::rt::load_plan_file(path));
     *out = new autovm_plan{std::move(plan)};
   });
 }
 
 autovm_status autovm_plan_load_from_memory(const void* data, size_t size, autovm_plan** out) {
-  return guard([&] {
-    if (size > 0) need(data, __func__, "data");
-    need(out, __func__, "out");
+  return guard([&, fn = __func__] {
+    if (size > 0) need(data, fn, "data");
+    need(out, fn, "out");
     std::string_view text(static_cast<const char*>(data), size);
     auto plan = std::make_shared<const autovm::rt::Plan>(autovm::rt::load_plan(text, "<memory>"));
     *out = new autovm_plan{std::move(plan)};
@@ -181,50 +181,50 @@ autovm_status autovm_plan_load_from_memory(const void* data, size_t size, autovm
 void autovm_plan_free(autovm_plan* plan) { delete plan; }
 
 autovm_status autovm_plan_tensor_count(const autovm_plan* plan, int32_t* out) {
-  return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
+  return guard([&, fn = __func__] {
+    const auto& p = plan_of(plan, fn);
+    need(out, fn, "out");
     *out = static_cast<int32_t>(p.tensors.size());
   });
 }
 
 autovm_status autovm_plan_step_count(const autovm_plan* plan, int64_t* out) {
-  return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
+  return guard([&, fn = __func__] {
+    const auto& p = plan_of(plan, fn);
+    need(out, fn, "out");
     *out = p.step_count();
   });
 }
 
 autovm_status autovm_plan_action_count(const autovm_plan* plan, int64_t* out) {
-  return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
+  return guard([&, fn = __func__] {
+    const auto& p = plan_of(plan, fn);
+    need(out, fn, "out");
     *out = static_cast<int64_t>(p.actions.size());
   });
 }
 
 autovm_status autovm_plan_arena_bytes(const autovm_plan* plan, int64_t* out) {
-  return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
+  return guard([&, fn = __func__] {
+    const auto& p = plan_of(plan, fn);
+    need(out, fn, "out");
     *out = p.arena_bytes;
   });
 }
 
 autovm_status autovm_plan_budget_bytes(const autovm_plan* plan, int64_t* out) {
-  return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
+  return guard([&, fn = __func__] {
+    const auto& p = plan_of(plan, fn);
+    need(out, fn, "out");
     *out = p.budget_bytes;
   });
 }
 
 autovm_status autovm_plan_tensor_by_name(const autovm_plan* plan, const char* name, int32_t* id) {
-  return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(name, __func__, "name");
-    need(id, __func__, "id");
+  return guard([&, fn = __func__] {
+    const auto& p = plan_of(plan, fn);
+    need(name, fn, "name");
+    need(id, fn, "id");
     auto it = p.by_name.find(name);
     if (it == p.by_name.end())
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
@@ -235,10 +235,10 @@ autovm_status autovm_plan_tensor_by_name(const autovm_plan* plan, const char* na
 }
 
 autovm_status autovm_plan_tensor_info(const autovm_plan* plan, int32_t id, autovm_tensor_info* out) {
-  return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
-    check_tensor(p, id, __func__);
+  return guard([&, fn = __func__] {
+    const auto& p = plan_of(plan, fn);
+    need(out, fn, "out");
+    check_tensor(p, id, fn);
     const auto& t = p.tensors[static_cast<size_t>(id)];
     *out = autovm_tensor_info{t.id,    t.name.c_str(), t.kind, t.dtype.c_str(),         t.bytes,
                               t.offset, t.first,       t.last, t.persistent ? 1 : 0};
@@ -246,10 +246,10 @@ autovm_status autovm_plan_tensor_info(const autovm_plan* plan, int32_t id, autov
 }
 
 autovm_status autovm_plan_step_info(const autovm_plan* plan, int64_t step, autovm_step_info* out) {
-  return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
-    check_step(p, step, __func__);
+  return guard([&, fn = __func__] {
+    const auto& p = plan_of(plan, fn);
+    need(out, fn, "out");
+    check_step(p, step, fn);
     const auto& s = p.steps[static_cast<size_t>(step)];
     *out = autovm_step_info{s.id,           s.op.c_str(),      s.phase.c_str(),
                             s.node.c_str(), s.inputs.data(),   s.inputs.size(),
@@ -259,12 +259,12 @@ autovm_status autovm_plan_step_info(const autovm_plan* plan, int64_t step, autov
 
 autovm_status autovm_plan_action_info(const autovm_plan* plan, int64_t index,
                                       autovm_action_info* out) {
-  return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
+  return guard([&, fn = __func__] {
+    const auto& p = plan_of(plan, fn);
+    need(out, fn, "out");
     if (index < 0 || static_cast<size_t>(index) >= p.actions.size())
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
-                  std::string(__func__) + ": action " + std::to_string(index) +
+                  std::string(fn) + ": action " + std::to_string(index) +
                       " is out of range [0, " + std::to_string(p.actions.size()) + ")");
     const auto& a = p.actions[static_cast<size_t>(index)];
     *out = autovm_action_info{a.kind,        a.tensor,      a.bytes, a.after_step,
@@ -273,43 +273,43 @@ autovm_status autovm_plan_action_info(const autovm_plan* plan, int64_t index,
 }
 
 autovm_status autovm_runtime_options_init(autovm_runtime_options* options) {
-  return guard([&] {
-    need(options, __func__, "options");
+  return guard([&, fn = __func__] {
+    need(options, fn, "options");
     *options = default_options();
   });
 }
 
 autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtime_options* options,
                                     autovm_runtime** out) {
-  return guard([&] {
-    const auto& p = plan_of(plan, __func__);
-    need(out, __func__, "out");
+  return guard([&, fn = __func__] {
+    const auto& p = plan_of(plan, fn);
+    need(out, fn, "out");
     autovm_runtime_options o = default_options();
     if (options != nullptr) o = *options;
     if (o.budget_bytes < 0 || o.host_arena_cap_bytes < 0)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
-                  std::string(__func__) + ": budget_bytes and host_arena_cap_bytes must be >= 0 "
+                  std::string(fn) + ": budget_bytes and host_arena_cap_bytes must be >= 0 "
                                           "(0: the default)");
     const autovm_mode mode = checked_mode(o.mode);
     if (kind_of(o.backend) == AUTOVM_BACKEND_HOST && mode == AUTOVM_MODE_DEMAND_PAGING)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
-                  std::string(__func__) + ": demand paging needs the CUDA backend (pages fault "
+                  std::string(fn) + ": demand paging needs the CUDA backend (pages fault "
                                           "back only in managed memory)");
     const int kind = kind_of(o.backend);
     if (kind != AUTOVM_BACKEND_HOST && kind != AUTOVM_BACKEND_CUDA)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
-                  std::string(__func__) + ": unknown backend " + std::to_string(kind));
+                  std::string(fn) + ": unknown backend " + std::to_string(kind));
     // The arena packed by residency where evicted bytes wait in the backend's own host buffers.
     const auto layout = int_of(o.layout);
     if (layout < AUTOVM_LAYOUT_AUTO || layout > AUTOVM_LAYOUT_PACKED)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
-                  std::string(__func__) + ": unknown layout " + std::to_string(layout));
+                  std::string(fn) + ": unknown layout " + std::to_string(layout));
     const bool can_pack =
         mode == AUTOVM_MODE_PLAN &&
         (kind == AUTOVM_BACKEND_HOST || resolve_mechanism(o.mechanism, p) == AUTOVM_MECHANISM_MAPPED);
     if (layout == AUTOVM_LAYOUT_PACKED && !can_pack)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
-                  std::string(__func__) + ": a packed arena needs mode PLAN and the host backend "
+                  std::string(fn) + ": a packed arena needs mode PLAN and the host backend "
                                           "or the mapped mechanism (managed memory keeps an "
                                           "evicted tensor's bytes in its range)");
     std::shared_ptr<const autovm::rt::Plan> laid_out = plan->plan;
@@ -336,72 +336,72 @@ autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtim
 void autovm_runtime_free(autovm_runtime* rt) { delete rt; }
 
 autovm_status autovm_step_begin(autovm_runtime* rt, int64_t step, void* stream) {
-  return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    check_step(e.plan(), step, __func__);
+  return guard([&, fn = __func__] {
+    auto& e = executor_of(rt, fn);
+    check_step(e.plan(), step, fn);
     e.step_begin(step, stream);
   });
 }
 
 autovm_status autovm_step_end(autovm_runtime* rt, int64_t step, void* stream) {
-  return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    check_step(e.plan(), step, __func__);
+  return guard([&, fn = __func__] {
+    auto& e = executor_of(rt, fn);
+    check_step(e.plan(), step, fn);
     e.step_end(step, stream);
   });
 }
 
 autovm_status autovm_tensor_pointer(autovm_runtime* rt, int32_t id, void** ptr) {
-  return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    need(ptr, __func__, "ptr");
-    check_tensor(e.plan(), id, __func__);
+  return guard([&, fn = __func__] {
+    auto& e = executor_of(rt, fn);
+    need(ptr, fn, "ptr");
+    check_tensor(e.plan(), id, fn);
     *ptr = e.pointer(id);
   });
 }
 
 autovm_status autovm_tensor_bind(autovm_runtime* rt, int32_t id, void* ptr, int64_t bytes) {
-  return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    check_tensor(e.plan(), id, __func__);
+  return guard([&, fn = __func__] {
+    auto& e = executor_of(rt, fn);
+    check_tensor(e.plan(), id, fn);
     e.bind(id, ptr, bytes);
   });
 }
 
 autovm_status autovm_tensor_residency(const autovm_runtime* rt, int32_t id, autovm_residency* out) {
-  return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    need(out, __func__, "out");
-    check_tensor(e.plan(), id, __func__);
+  return guard([&, fn = __func__] {
+    auto& e = executor_of(rt, fn);
+    need(out, fn, "out");
+    check_tensor(e.plan(), id, fn);
     *out = e.residency(id);
   });
 }
 
 autovm_status autovm_touch(autovm_runtime* rt, int64_t step, int32_t id) {
-  return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    check_tensor(e.plan(), id, __func__);
+  return guard([&, fn = __func__] {
+    auto& e = executor_of(rt, fn);
+    check_tensor(e.plan(), id, fn);
     e.touch(step, id);
   });
 }
 
 autovm_status autovm_runtime_stats(const autovm_runtime* rt, autovm_stats* out) {
-  return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    need(out, __func__, "out");
+  return guard([&, fn = __func__] {
+    auto& e = executor_of(rt, fn);
+    need(out, fn, "out");
     *out = e.stats();
   });
 }
 
 autovm_status autovm_runtime_stats_reset(autovm_runtime* rt) {
-  return guard([&] { executor_of(rt, __func__).reset_stats(); });
+  return guard([&, fn = __func__] { executor_of(rt, fn).reset_stats(); });
 }
 
 autovm_status autovm_step_stall_us(const autovm_runtime* rt, int64_t step, double* out) {
-  return guard([&] {
-    auto& e = executor_of(rt, __func__);
-    need(out, __func__, "out");
-    check_step(e.plan(), step, __func__);
+  return guard([&, fn = __func__] {
+    auto& e = executor_of(rt, fn);
+    need(out, fn, "out");
+    check_step(e.plan(), step, fn);
     *out = e.step_stall_us(step);
   });
 }

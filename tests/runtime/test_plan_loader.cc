@@ -1,6 +1,12 @@
 // The plan loader: valid plans load with the right numbers; every malformed plan is
 // AUTOVM_ERR_PLAN with a message naming the field and index, never a crash.
 #include <autovm/autovm.hpp>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+#include <utility>
 
 #include "helpers.h"
 
@@ -51,6 +57,44 @@ TEST_CASE("a missing file is AUTOVM_ERR_IO naming the path") {
   CHECK(autovm_plan_load("/nonexistent/plan.json", &plan) == AUTOVM_ERR_IO);
   CHECK(plan == nullptr);
   CHECK(std::string(autovm_last_error()).find("/nonexistent/plan.json") != std::string::npos);
+}
+
+TEST_CASE("a directory or a FIFO is AUTOVM_ERR_IO naming the path, without waiting") {
+  char tmpl[] = "/tmp/autovm_plan_dir_XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl, fifo = dir + "/plan.json";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string& path : {dir, fifo}) {
+    CAPTURE(path);
+    autovm_plan* plan = nullptr;
+    CHECK(autovm_plan_load(path.c_str(), &plan) == AUTOVM_ERR_IO);
+    CHECK(plan == nullptr);
+    const std::string message = autovm_last_error();
+    CHECK(message.find("cannot read plan '" + path + "'") != std::string::npos);
+    CHECK(message.find(path == dir ? "it is a directory" : "not a regular file") != std::string::npos);
+  }
+  ::unlink(fifo.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST_CASE("a NULL argument is AUTOVM_ERR_INVALID_ARGUMENT naming the function and the argument") {
+  autovm_plan* plan = nullptr;
+  int64_t count = 0;
+  autovm_step_info step;
+  const std::pair<std::function<autovm_status()>, std::string> cases[] = {
+      {[&] { return autovm_plan_load(nullptr, &plan); }, "autovm_plan_load: path is NULL"},
+      {[&] { return autovm_plan_load("x.json", nullptr); }, "autovm_plan_load: out is NULL"},
+      {[&] { return autovm_plan_load_from_memory("{}", 2, nullptr); }, "autovm_plan_load_from_memory: out is NULL"},
+      {[&] { return autovm_plan_step_count(nullptr, &count); }, "autovm_plan_step_count: plan is NULL"},
+      {[&] { return autovm_plan_step_info(nullptr, 0, &step); }, "autovm_plan_step_info: plan is NULL"},
+      {[&] { return autovm_step_begin(nullptr, 0, nullptr); }, "autovm_step_begin: runtime is NULL"},
+      {[&] { return autovm_runtime_stats(nullptr, nullptr); }, "autovm_runtime_stats: runtime is NULL"},
+  };
+  for (const auto& [call, message] : cases) {
+    CAPTURE(message);
+    CHECK(call() == AUTOVM_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(autovm_last_error()) == message);
+  }
 }
 
 // Each case: an edit of evict.json, and words the message must contain.
