@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "util/error.h"
+#include "util/read_file.h"
 
 #ifndef AUTOVM_PROFILE_DIR
 #define AUTOVM_PROFILE_DIR "profiles"
@@ -65,21 +66,26 @@ class Reader {
     return s;
   }
 
-  // A finite number, > 0 when `positive`, else >= 0.
+  // A finite number, > 0 when `positive`, else >= 0, and at most 1e9 (GB/s, TFLOPS, us): a
+  // bound that keeps the cost model's sums and quotients finite.
   double number(const char* key, bool positive) const {
     const json& v = get(key);
     if (!v.is_number()) fail(field(key), "must be a number");
     double d = v.get<double>();
-    if (!std::isfinite(d) || (positive ? d <= 0 : d < 0))
-      fail(field(key), fmt::format("must be {} number, not {}", positive ? "a positive" : "a non-negative",
-                                   v.dump()));
+    if (!std::isfinite(d) || (positive ? d <= 0 : d < 0) || d > 1e9)
+      fail(field(key), fmt::format("must be {} number up to 1e9, not {}",
+                                   positive ? "a positive" : "a non-negative", v.dump()));
     return d;
   }
 
+  // Bytes: a whole number in [1, 2^50] (1 PiB, more than any device holds).
   int64_t whole(const char* key) const {
     const json& v = get(key);
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0)
-      fail(field(key), fmt::format("must be a positive whole number of bytes, not {}", v.dump()));
+    constexpr int64_t kMaxBytes = int64_t(1) << 50;
+    const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= uint64_t(kMaxBytes)
+                          : v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxBytes;
+    if (!in_range)
+      fail(field(key), fmt::format("must be a whole number of bytes from 1 to 2^50, not {}", v.dump()));
     return v.get<int64_t>();
   }
 
@@ -108,16 +114,7 @@ class Reader {
 };
 
 std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    int err = errno;
-    throw Error(ErrorKind::usage, fmt::format("cannot read device profile '{}': {}", path,
-                                              err ? std::strerror(err) : "unreadable"));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error(ErrorKind::usage, fmt::format("cannot read device profile '{}'", path));
-  return text.str();
+  return read_regular_file("device profile", path, ErrorKind::usage);
 }
 
 }  // namespace

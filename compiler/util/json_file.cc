@@ -3,11 +3,10 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "util/error.h"
+#include "util/read_file.h"
 
 namespace autovm {
 
@@ -20,13 +19,12 @@ namespace {
 }  // namespace
 
 nlohmann::json read_json_file(const std::string& what, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) bad(what, path, "cannot be read; check the path");
-  std::ostringstream text;
-  text << in.rdbuf();
-  nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) bad(what, path, "is not valid JSON");
-  return doc;
+  const std::string text = read_regular_file(what, path, ErrorKind::usage);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {  // a syntax error, or a number like 1e999
+    bad(what, path, fmt::format("is not valid JSON ({})", e.what()));
+  }
 }
 
 std::vector<StepValue> read_step_values(const std::string& what, const std::string& path,
