@@ -87,28 +87,29 @@ def build(tmp):
 
     cases = []
 
-    def add(name, m, code, *needles, args=()):
-        path = save(name, m) if m is not None else os.path.join(folder, name)
+    def add(name, m, code, *needles, args=(), file=None):
+        path = save(name, m) if m is not None else os.path.join(folder, file)
         cases.append((name, path, list(args), code, needles))
 
     add("cycle", model([helper.make_node("Relu", ["x", "b"], ["a"], name="first"),
                         helper.make_node("Add", ["a", "x"], ["b"], name="second"),
                         helper.make_node("Relu", ["b"], ["y"], name="last")],
                        [tensor("x", [2, 4])], [tensor("y", None)]),
-        4, "the graph has a cycle", "'first'", "'second'")
+        4, "the graph has a cycle: 'first' (Relu) <- 'second' (Add) <- 'first'")
     add("dangling_input", model([helper.make_node("Add", ["x", "ghost"], ["y"], name="add")],
                                 [tensor("x", [2, 4])], [tensor("y", None)]),
-        4, "'ghost'")
+        4, "node 'add' (Add) uses 'ghost', which no node, initializer or graph input defines")
     add("channel_mismatch", conv_model(in_channels=3, weight_channels=5),
-        4, "conv", "input has 3 channels but the weight expects 5")
+        4, "node 'conv' (Conv): input has 3 channels but the weight expects 5")
     add("dims_overflow", conv_model(input_shape=[2, 3, 1 << 40, 1 << 40]),
-        4, "x")
+        4, "graph input 'x' with batch 2 has shape [2, 3, 1099511627776, 1099511627776], which is too large")
     add("negative_dims", conv_model(input_shape=[2, 3, -8, 8]),
         4, "graph input 'x' declares a negative dimension -8")
     add("zero_nodes", model([], [tensor("x", [2, 4])], [tensor("x", None)]),
         4, "has a graph with no nodes")
     add("huge_batch", conv_model(input_shape=["batch", 3, 8, 8]),
-        4, args=["--batch", str(1 << 60)])
+        4, "graph input 'x' with batch 1152921504606846976 has shape", "which is too large",
+        args=["--batch", str(1 << 60)])
     add("external_short", reshape_model("short.bin"), 4,
         "initializer 'shape'", "'short.bin'", "too short")
     add("external_symlink_out", reshape_model("link_out.bin"), 4,
@@ -121,8 +122,8 @@ def build(tmp):
         "initializer 'shape'", "'fifo.bin'", "a FIFO, not a regular file")
     add("external_directory", reshape_model("dir.bin"), 4,
         "initializer 'shape'", "'dir.bin'", "a directory, not a regular file")
-    add("model_fifo", None, 3, "fifo.onnx", "not a regular file")
-    add("model_directory", None, 3, "dir.onnx", "Is a directory")
+    add("model_fifo", None, 3, "fifo.onnx", "not a regular file", file="fifo.onnx")
+    add("model_directory", None, 3, "dir.onnx", "Is a directory", file="dir.onnx")
     # The control: a symlink that stays inside the folder is followed, and the model plans.
     add("external_symlink_in", reshape_model("link_in.bin"), 0, "external_symlink_in.onnx (sha256")
     return cases
@@ -144,6 +145,8 @@ def main():
             ok = rc == code and not missing and not leaked
             results.append(ok)
             print(f"{'PASS' if ok else 'FAIL'} {name}: exit {rc} (want {code})")
+            if "-v" in sys.argv:
+                print("  ", text.strip().splitlines()[0] if text.strip() else "")
             if not ok:
                 print("  missing:", missing, "leaked:", leaked, "\n  stderr:", text[-600:])
     print(f"{sum(results)} passed, {len(results) - sum(results)} failed")

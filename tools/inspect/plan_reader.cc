@@ -354,13 +354,37 @@ Plan parse(const json& doc, const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// nlohmann's DOM builder, remembering the last object key it saw, so that a syntax error or a
+// number out of range (1e999) is reported with its byte offset and the key it belongs to.
+class KeyTrackingSax : public nlohmann::detail::json_sax_dom_parser<json> {
+ public:
+  KeyTrackingSax(json& doc, const std::string& path)
+      : nlohmann::detail::json_sax_dom_parser<json>(doc, true), path_(path) {}
+  bool key(std::string& k) {
+    last_key_ = k;
+    return nlohmann::detail::json_sax_dom_parser<json>::key(k);
+  }
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string&, const Exception& e) {
+    throw Failure(Exit::invalid_plan,
+                  fmt::format("plan '{}' is not JSON: at byte {}{}: {}", path_, position,
+                              last_key_.empty() ? "" : fmt::format(" (after field \"{}\")", last_key_),
+                              e.what()));
+  }
+
+ private:
+  const std::string& path_;
+  std::string last_key_;
+};
+
+}  // namespace
+
 Plan parse_plan(std::string_view text, const std::string& path) {
   json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
-    throw Failure(Exit::invalid_plan, fmt::format("plan '{}' is not JSON: {}", path, e.what()));
-  }
+  KeyTrackingSax sax(doc, path);
+  json::sax_parse(text, &sax);
   try {
     return parse(doc, path);
   } catch (const Failure& e) {
