@@ -24,7 +24,8 @@ int64_t bytes_value(const std::string& path, const std::string& where, const nlo
   const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(kMaxBytes)
                         : v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= kMaxBytes;
   if (!in_range)
-    bad(path, fmt::format("{} must be a whole number of bytes from 0 to 2^50, not {}", where, v.dump()));
+    bad(path, fmt::format("{} must be a non-negative whole number of bytes, at most 2^50, not {}",
+                          where, v.dump()));
   return v.get<int64_t>();
 }
 

@@ -38,7 +38,8 @@ double step_tflops(const TrainingGraph& g, const Step& s, const DeviceProfile& d
 // a finite total.
 double time_value(const std::string& path, const std::string& where, const nlohmann::json& v) {
   if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0 || v.get<double>() > 1e12)
-    bad(path, fmt::format("{} must be a number of microseconds from 0 to 1e12, not {}", where, v.dump()));
+    bad(path, fmt::format("{} must be a non-negative number of microseconds, at most 1e12, not {}",
+                          where, v.dump()));
   return v.get<double>();
 }
 

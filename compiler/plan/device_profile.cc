@@ -46,7 +46,8 @@ class Reader {
 
   // Every key of the object must be one of `known`.
   void only(std::initializer_list<const char*> known) const {
-    for (const auto& [key, value] : object_.items()) {
+    for (const auto& item : object_.items()) {
+      const std::string& key = item.key();  // a structured binding: clang 14 cannot capture one
       bool ok = std::any_of(known.begin(), known.end(), [&](const char* k) { return key == k; });
       if (!ok) fail(field(key), "is not a field of a device profile (check its spelling)");
     }
@@ -73,7 +74,7 @@ class Reader {
     if (!v.is_number()) fail(field(key), "must be a number");
     double d = v.get<double>();
     if (!std::isfinite(d) || (positive ? d <= 0 : d < 0) || d > 1e9)
-      fail(field(key), fmt::format("must be {} number up to 1e9, not {}",
+      fail(field(key), fmt::format("must be {} number, at most 1e9, not {}",
                                    positive ? "a positive" : "a non-negative", v.dump()));
     return d;
   }
@@ -85,7 +86,7 @@ class Reader {
     const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= uint64_t(kMaxBytes)
                           : v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxBytes;
     if (!in_range)
-      fail(field(key), fmt::format("must be a whole number of bytes from 1 to 2^50, not {}", v.dump()));
+      fail(field(key), fmt::format("must be a positive whole number of bytes, at most 2^50, not {}", v.dump()));
     return v.get<int64_t>();
   }
 
@@ -114,7 +115,7 @@ class Reader {
 };
 
 std::string read_text(const std::string& path) {
-  return read_regular_file("device profile", path, ErrorKind::usage);
+  return read_regular_file("cannot read device profile", path, ErrorKind::usage);
 }
 
 }  // namespace

@@ -116,8 +116,10 @@ void remove_leftovers(const std::string& path) {
 }  // namespace
 
 std::string AtomicFileWriter::temporary_prefix(const std::string& path) {
-  std::filesystem::path p(path);
-  return (std::filesystem::path(folder_of(path)) / ("." + p.filename().string() + ".autovm-tmp.")).string();
+  std::string name = ".";  // appended, not "." + ...: GCC 12 warns falsely (-Wrestrict) on that
+  name += std::filesystem::path(path).filename().string();
+  name += ".autovm-tmp.";
+  return (std::filesystem::path(folder_of(path)) / name).string();
 }
 
 AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {

@@ -2,7 +2,7 @@
 // with O_NONBLOCK (so a FIFO cannot make the open wait for ever) and checked with fstat before
 // any read; a directory, FIFO or device is refused. Throws Error(kind) whose message starts
 // with `what` and the quoted path and says why ("measured step times 'x.json': it is a
-// directory; name a JSON file").
+// directory; name a file").
 #pragma once
 
 #include <string>

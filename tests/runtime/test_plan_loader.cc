@@ -90,9 +90,10 @@ TEST_CASE("a NULL argument is AUTOVM_ERR_INVALID_ARGUMENT naming the function an
       {[&] { return autovm_step_begin(nullptr, 0, nullptr); }, "autovm_step_begin: runtime is NULL"},
       {[&] { return autovm_runtime_stats(nullptr, nullptr); }, "autovm_runtime_stats: runtime is NULL"},
   };
-  for (const auto& [call, message] : cases) {
+  for (const auto& c : cases) {  // no structured binding: CAPTURE's lambda cannot take one in clang 14
+    const std::string& message = c.second;
     CAPTURE(message);
-    CHECK(call() == AUTOVM_ERR_INVALID_ARGUMENT);
+    CHECK(c.first() == AUTOVM_ERR_INVALID_ARGUMENT);
     CHECK(std::string(autovm_last_error()) == message);
   }
 }

@@ -98,7 +98,10 @@ void write_file_atomically(const std::string& path, std::string_view content) {
   // mkstemp creates the file with O_EXCL: nothing already at the name is opened or followed.
   const std::filesystem::path target(path);
   const std::filesystem::path folder = target.has_parent_path() ? target.parent_path() : ".";
-  std::string tmp = (folder / ("." + target.filename().string() + ".autovm-tmp.XXXXXX")).string();
+  std::string name = ".";  // appended, not "." + ...: GCC 12 warns falsely (-Wrestrict) on that
+  name += target.filename().string();
+  name += ".autovm-tmp.XXXXXX";
+  std::string tmp = (folder / name).string();
   int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) fail("cannot create a temporary file beside it");
   auto abandon = [&](const char* what) {
