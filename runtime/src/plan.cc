@@ -363,6 +363,28 @@ void place_temporaries(Plan& p) {
   }
 }
 
+// nlohmann's DOM builder, remembering the last object key it saw, so that a syntax error or a
+// number out of range (1e999) names its byte offset and the field it belongs to.
+class KeyTrackingSax : public nlohmann::detail::json_sax_dom_parser<json> {
+ public:
+  KeyTrackingSax(json& doc, const Reader& r) : nlohmann::detail::json_sax_dom_parser<json>(doc, true), r_(r) {}
+  bool key(std::string& k) {
+    last_key_ = k;
+    return nlohmann::detail::json_sax_dom_parser<json>::key(k);
+  }
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string&, const Exception& e) {
+    r_.fail("the file", cat("is not valid JSON at byte ", position,
+                            last_key_.empty() ? std::string() : cat(" (after field \"", last_key_, "\")"),
+                            " (", e.what(), ")"));
+    return false;  // not reached: fail throws
+  }
+
+ private:
+  const Reader& r_;
+  std::string last_key_;
+};
+
 }  // namespace
 
 Plan load_plan(std::string_view text, std::string source) {
@@ -370,11 +392,8 @@ Plan load_plan(std::string_view text, std::string source) {
   p.source = std::move(source);
   Reader r(p.source);
   json root;
-  try {
-    root = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    r.fail("the file", cat("is not valid JSON (", e.what(), ")"));
-  }
+  KeyTrackingSax sax(root, r);
+  json::sax_parse(text.begin(), text.end(), &sax);
   if (!root.is_object()) r.fail("the file", cat("is a JSON ", root.type_name(), ", not an object"));
   const int64_t version = r.integer(root, "", "schema_version", std::numeric_limits<int64_t>::min(), kMax);
   if (version != 1)

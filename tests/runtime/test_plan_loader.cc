@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "helpers.h"
 
@@ -75,6 +76,24 @@ TEST_CASE("a directory or a FIFO is AUTOVM_ERR_IO naming the path, without waiti
   }
   ::unlink(fifo.c_str());
   ::rmdir(dir.c_str());
+}
+
+TEST_CASE("numbers out of range are AUTOVM_ERR_PLAN naming the field") {
+  // The mutations of evict.json that once crashed autovm-inspect (tests/runtime/fuzz_corpus).
+  const std::pair<std::string, std::vector<std::string>> cases[] = {
+      {"bytes_1e999.json", {"not valid JSON at byte", "(after field \"bytes\")", "1e999"}},
+      {"bytes_int64_min.json", {"tensors[2].bytes: -9223372036854775808 is out of range"}},
+      {"bytes_int64_max.json", {"tensors[2].offset", "lies beyond the arena"}},
+  };
+  for (const auto& c : cases) {
+    const std::string path = rt_test::plan_path("../fuzz_corpus/" + c.first);
+    CAPTURE(path);
+    autovm_plan* plan = nullptr;
+    CHECK(autovm_plan_load(path.c_str(), &plan) == AUTOVM_ERR_PLAN);
+    const std::string message = autovm_last_error();
+    CAPTURE(message);
+    for (const std::string& part : c.second) CHECK(message.find(part) != std::string::npos);
+  }
 }
 
 TEST_CASE("a NULL argument is AUTOVM_ERR_INVALID_ARGUMENT naming the function and the argument") {
