@@ -48,11 +48,13 @@ std::string read_external_bytes(const std::string& model_folder, const std::stri
   }
   const std::string folder = real_path(model_folder);
   if (folder.empty())
-    throw refuse("but the model's folder " + quote(model_folder) + " cannot be resolved: " + std::strerror(errno));
+    throw refuse("but the model's folder " + quote(model_folder) + " cannot be resolved: " +
+                 std::strerror(errno));
   const std::string joined = (std::filesystem::path(model_folder) / rel).string();
   const std::string file = real_path(joined);
   if (file.empty())
-    throw refuse("which cannot be read: " + std::string(std::strerror(errno)) + "; keep the data file next to the model");
+    throw refuse("which cannot be read: " + std::string(std::strerror(errno)) +
+                 "; keep the data file next to the model");
   const std::string prefix = folder == "/" ? folder : folder + "/";
   if (file.compare(0, prefix.size(), prefix) != 0) {
     throw refuse("which resolves to " + quote(file) + ", outside the model's folder " + quote(folder) +
@@ -63,8 +65,8 @@ std::string read_external_bytes(const std::string& model_folder, const std::stri
   struct stat st {};
   if (::fstat(in.fd, &st) != 0) throw refuse("which cannot be read: " + std::string(std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) {
-    throw refuse(std::string("which is ") + (S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
-                 : "a device or socket") + ", not a regular file");
+    const char* type = S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket";
+    throw refuse(std::string("which is ") + type + ", not a regular file");
   }
   const int64_t start = offset < 0 ? 0 : offset;
   if (bytes < 0 || start > st.st_size || bytes > st.st_size - start) {

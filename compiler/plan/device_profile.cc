@@ -83,10 +83,12 @@ class Reader {
   int64_t whole(const char* key) const {
     const json& v = get(key);
     constexpr int64_t kMaxBytes = int64_t(1) << 50;
-    const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= uint64_t(kMaxBytes)
-                          : v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxBytes;
+    const bool in_range =
+        v.is_number_unsigned() ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= uint64_t(kMaxBytes)
+                               : v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxBytes;
     if (!in_range)
-      fail(field(key), fmt::format("must be a positive whole number of bytes, at most 2^50, not {}", v.dump()));
+      fail(field(key),
+           fmt::format("must be a positive whole number of bytes, at most 2^50, not {}", v.dump()));
     return v.get<int64_t>();
   }
 
