@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "util/error.h"
+#include "util/json_file.h"
 #include "util/read_file.h"
 
 #ifndef AUTOVM_PROFILE_DIR
@@ -166,9 +167,7 @@ DeviceProfile load_device_profile(const std::string& name_or_path) {
 }
 
 DeviceProfile parse_device_profile(const std::string& json_text, const std::string& origin) {
-  json doc = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded())
-    throw Error(ErrorKind::usage, fmt::format("device profile '{}' is not valid JSON", origin));
+  json doc = parse_json(json_text, "device profile", origin);
   Reader r(origin, doc, "");
   r.only({"$schema", "schema_version", "name", "description", "sources", "memory_bytes",
           "f32_tflops", "f16_tflops", "bf16_tflops", "memory_bandwidth_gbps", "step_overhead_us",

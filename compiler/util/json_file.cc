@@ -16,15 +16,40 @@ namespace {
   throw Error(ErrorKind::usage, fmt::format("{} '{}': {}", what, path, fault));
 }
 
+// nlohmann's DOM builder, remembering the last object key it saw for the error message.
+class KeyTrackingSax : public nlohmann::detail::json_sax_dom_parser<nlohmann::json> {
+ public:
+  KeyTrackingSax(nlohmann::json& doc, const std::string& what, const std::string& path)
+      : nlohmann::detail::json_sax_dom_parser<nlohmann::json>(doc, true), what_(what), path_(path) {}
+  bool key(std::string& k) {
+    last_key_ = k;
+    return nlohmann::detail::json_sax_dom_parser<nlohmann::json>::key(k);
+  }
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string&, const Exception& e) {
+    throw Error(ErrorKind::usage,
+                fmt::format("{} '{}' is not valid JSON at byte {}{}: {}", what_, path_, position,
+                            last_key_.empty() ? "" : fmt::format(" (after field \"{}\")", last_key_),
+                            e.what()));
+  }
+
+ private:
+  const std::string& what_;
+  const std::string& path_;
+  std::string last_key_;
+};
+
 }  // namespace
 
+nlohmann::json parse_json(const std::string& text, const std::string& what, const std::string& path) {
+  nlohmann::json doc;
+  KeyTrackingSax sax(doc, what, path);
+  nlohmann::json::sax_parse(text, &sax);
+  return doc;
+}
+
 nlohmann::json read_json_file(const std::string& what, const std::string& path) {
-  const std::string text = read_regular_file(what, path, ErrorKind::usage);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {  // a syntax error, or a number like 1e999
-    bad(what, path, fmt::format("is not valid JSON ({})", e.what()));
-  }
+  return parse_json(read_regular_file(what, path, ErrorKind::usage), what, path);
 }
 
 std::vector<StepValue> read_step_values(const std::string& what, const std::string& path,
