@@ -3,7 +3,7 @@
 set -euo pipefail
 
 AUTOVM_PACKAGES=(g++ clang cmake pkg-config meson ninja-build libonnx-dev libprotobuf-dev
-  protobuf-compiler nlohmann-json3-dev libfmt-dev doctest-dev python3-torch python3-torchvision
+  protobuf-compiler nlohmann-json3-dev libfmt-dev libssl-dev doctest-dev python3-torch python3-torchvision
   python3-onnx python3-jsonschema)
 
 autovm_install_missing() {

@@ -17,9 +17,15 @@ namespace {
   throw Error(ErrorKind::usage, fmt::format("reserve file '{}': {}", path, what));
 }
 
+// A reserve: a whole number of bytes in [0, 2^50] (1 PiB, more than any device holds), so that
+// adding the steps' reserves to their workspaces, and summing them, cannot overflow.
 int64_t bytes_value(const std::string& path, const std::string& where, const nlohmann::json& v) {
-  if (!v.is_number_integer() || v.get<int64_t>() < 0)
-    bad(path, fmt::format("{} must be a non-negative whole number of bytes, not {}", where, v.dump()));
+  constexpr int64_t kMaxBytes = int64_t(1) << 50;
+  const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(kMaxBytes)
+                        : v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= kMaxBytes;
+  if (!in_range)
+    bad(path, fmt::format("{} must be a non-negative whole number of bytes, at most 2^50, not {}",
+                          where, v.dump()));
   return v.get<int64_t>();
 }
 

@@ -89,7 +89,9 @@ options:
                         and optimizer state fp32; with fp16, GradScaler's unscale and
                         inf check over every gradient. Written to the plan's options
                         as "autocast" (default: none, fp32 training)
-  -o, --output PLAN     write the plan here (atomically) instead of standard output
+  -o, --output PLAN     write the plan here (atomically: a temporary file beside it,
+                        then a rename; the file keeps its permissions, and a read-only
+                        one is refused) instead of standard output ('-')
   --workspace-limit SIZE
                         most scratch memory assumed for one convolution (default 256MiB)
   --memory-model autovm|pytorch
@@ -124,7 +126,8 @@ exit codes:
   5  the model uses ops AutoVM does not support (all of them are named)
   6  no plan fits the budget: a step needs more than it on its own (the message names
      the step, its tensors and the smallest budget that works)
-  7  the plan could not be written
+  7  the plan could not be written (the folder is missing or not writable, PLAN is
+     read-only or a directory)
 
 environment:
   AUTOVM_THREADS=N      threads for planning's independent trials, 1 to 64 (default: the
@@ -268,6 +271,9 @@ Args parse_args(int argc, char** argv, bool& done) {
       a.options.autocast = *ac;
     } else if (arg == "-o" || arg == "--output") {
       a.output = value();
+      if (a.output.empty())
+        usage_error(fmt::format("{} needs a file name, not ''; leave it out (or write '-') for "
+                                "standard output", arg));
     } else if (arg == "--workspace-limit") {
       a.options.conv_workspace_limit = autovm::parse_size(value(), true);
     } else if (arg == "--memory-model") {
@@ -369,7 +375,7 @@ int run(int argc, char** argv, const Heap& heap) {
   if (!a.quiet) std::fputs(autovm::plan_summary(plan).c_str(), stderr);
   if (plan.bound_terms) std::fputs(autovm::bound_explanation(plan).c_str(), stderr);
   autovm::PassTimer timer;
-  if (a.output.empty() || a.output == "-") {
+  if (a.output == "-" || a.output.empty()) {  // empty: -o not given (parse_args refuses -o '')
     autovm::write_plan_json(plan, [](std::string_view piece) {
       if (std::fwrite(piece.data(), 1, piece.size(), stdout) != piece.size())
         throw autovm::Error(autovm::ErrorKind::output, "cannot write the plan to standard output");

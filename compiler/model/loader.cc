@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "model/external_data.h"
 #include "model/model.h"
 #include "util/error.h"
 #include "util/parallel.h"
@@ -181,43 +182,16 @@ int64_t parse_offset(const std::string& s, const std::string& what) {
   return v;
 }
 
-// Reads `bytes` bytes of tensor `t`'s external data (relative to base_dir).
+// Reads `bytes` bytes of tensor `t`'s external data (relative to base_dir; external_data.h).
 std::string read_external(const onnx::TensorProto& t, int64_t bytes, const std::string& base_dir,
                           const std::string& what) {
-  std::string location = external_entry(t, "location");
-  std::filesystem::path rel(location);
-  bool escapes = location.empty() || rel.is_absolute() || location.find('\0') != std::string::npos;
-  for (const auto& part : rel) escapes = escapes || part == "..";
-  if (escapes) {
-    invalid(what + " has external data location " + quote(location) +
-            "; it must be a relative path inside the model's folder");
-  }
   int64_t offset = parse_offset(external_entry(t, "offset"), what);
   int64_t length = parse_offset(external_entry(t, "length"), what);
   if (length >= 0 && length != bytes) {
     invalid(what + " has external length " + std::to_string(length) + " but needs " +
             std::to_string(bytes) + " bytes");
   }
-  std::string file = (std::filesystem::path(base_dir) / rel).string();
-  int fd = ::open(file.c_str(), O_RDONLY);
-  if (fd < 0) {
-    invalid(what + " keeps its data in external file " + quote(file) + ", which cannot be read: " +
-            std::strerror(errno) + "; keep the data file next to the model");
-  }
-  std::string data(size_t(bytes), '\0');
-  int64_t done = 0;
-  while (done < bytes) {
-    ssize_t n = ::pread(fd, data.data() + done, size_t(bytes - done), std::max<int64_t>(offset, 0) + done);
-    if (n <= 0) break;
-    done += n;
-  }
-  ::close(fd);
-  if (done != bytes) {
-    invalid(what + " needs " + std::to_string(bytes) + " bytes at offset " +
-            std::to_string(std::max<int64_t>(offset, 0)) + " of external file " + quote(file) +
-            ", which is too short");
-  }
-  return data;
+  return read_external_bytes(base_dir, external_entry(t, "location"), offset, bytes, what);
 }
 
 // Reads the values of tensor `t` (dtype, dims already checked). Returns nullopt when the tensor
@@ -706,11 +680,15 @@ Model load_model(const std::string& path, const LoadOptions& options) {
   struct File {
     int fd;
     ~File() { if (fd >= 0) ::close(fd); }
-  } file{::open(path.c_str(), O_RDONLY)};
+  } file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};  // a FIFO must not block
   if (file.fd < 0) throw unreadable(errno);
   struct stat st {};
   if (::fstat(file.fd, &st) != 0) throw unreadable(errno);
   if (S_ISDIR(st.st_mode)) throw unreadable(EISDIR);
+  if (!S_ISREG(st.st_mode)) {
+    throw Error(ErrorKind::unreadable, "cannot read model " + quote(path) +
+                                           ": not a regular file (a FIFO or a device); name the .onnx file");
+  }
   check_parsable_size(uint64_t(st.st_size), path);
   std::string bytes(size_t(st.st_size), '\0');
   size_t done = 0;

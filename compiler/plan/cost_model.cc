@@ -34,9 +34,12 @@ double step_tflops(const TrainingGraph& g, const Step& s, const DeviceProfile& d
   throw Error(ErrorKind::usage, fmt::format("measured step times '{}': {}", path, what));
 }
 
+// A step time: a number of microseconds in [0, 1e12] (11 days), so that a step's times sum to
+// a finite total.
 double time_value(const std::string& path, const std::string& where, const nlohmann::json& v) {
-  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
-    bad(path, fmt::format("{} must be a non-negative number of microseconds, not {}", where, v.dump()));
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0 || v.get<double>() > 1e12)
+    bad(path, fmt::format("{} must be a non-negative number of microseconds, at most 1e12, not {}",
+                          where, v.dump()));
   return v.get<double>();
 }
 

@@ -16,6 +16,8 @@
 #include <sstream>
 
 #include "util/error.h"
+#include "util/json_file.h"
+#include "util/read_file.h"
 
 #ifndef AUTOVM_PROFILE_DIR
 #define AUTOVM_PROFILE_DIR "profiles"
@@ -45,7 +47,8 @@ class Reader {
 
   // Every key of the object must be one of `known`.
   void only(std::initializer_list<const char*> known) const {
-    for (const auto& [key, value] : object_.items()) {
+    for (const auto& item : object_.items()) {
+      const std::string& key = item.key();  // a structured binding: clang 14 cannot capture one
       bool ok = std::any_of(known.begin(), known.end(), [&](const char* k) { return key == k; });
       if (!ok) fail(field(key), "is not a field of a device profile (check its spelling)");
     }
@@ -65,21 +68,28 @@ class Reader {
     return s;
   }
 
-  // A finite number, > 0 when `positive`, else >= 0.
+  // A finite number, > 0 when `positive`, else >= 0, and at most 1e9 (GB/s, TFLOPS, us): a
+  // bound that keeps the cost model's sums and quotients finite.
   double number(const char* key, bool positive) const {
     const json& v = get(key);
     if (!v.is_number()) fail(field(key), "must be a number");
     double d = v.get<double>();
-    if (!std::isfinite(d) || (positive ? d <= 0 : d < 0))
-      fail(field(key), fmt::format("must be {} number, not {}", positive ? "a positive" : "a non-negative",
-                                   v.dump()));
+    if (!std::isfinite(d) || (positive ? d <= 0 : d < 0) || d > 1e9)
+      fail(field(key), fmt::format("must be {} number, at most 1e9, not {}",
+                                   positive ? "a positive" : "a non-negative", v.dump()));
     return d;
   }
 
+  // Bytes: a whole number in [1, 2^50] (1 PiB, more than any device holds).
   int64_t whole(const char* key) const {
     const json& v = get(key);
-    if (!v.is_number_integer() || v.get<int64_t>() <= 0)
-      fail(field(key), fmt::format("must be a positive whole number of bytes, not {}", v.dump()));
+    constexpr int64_t kMaxBytes = int64_t(1) << 50;
+    const bool in_range =
+        v.is_number_unsigned() ? v.get<uint64_t>() >= 1 && v.get<uint64_t>() <= uint64_t(kMaxBytes)
+                               : v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxBytes;
+    if (!in_range)
+      fail(field(key),
+           fmt::format("must be a positive whole number of bytes, at most 2^50, not {}", v.dump()));
     return v.get<int64_t>();
   }
 
@@ -108,16 +118,7 @@ class Reader {
 };
 
 std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    int err = errno;
-    throw Error(ErrorKind::usage, fmt::format("cannot read device profile '{}': {}", path,
-                                              err ? std::strerror(err) : "unreadable"));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error(ErrorKind::usage, fmt::format("cannot read device profile '{}'", path));
-  return text.str();
+  return read_regular_file("cannot read device profile", path, ErrorKind::usage);
 }
 
 }  // namespace
@@ -166,9 +167,7 @@ DeviceProfile load_device_profile(const std::string& name_or_path) {
 }
 
 DeviceProfile parse_device_profile(const std::string& json_text, const std::string& origin) {
-  json doc = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded())
-    throw Error(ErrorKind::usage, fmt::format("device profile '{}' is not valid JSON", origin));
+  json doc = parse_json(json_text, "device profile", origin);
   Reader r(origin, doc, "");
   r.only({"$schema", "schema_version", "name", "description", "sources", "memory_bytes",
           "f32_tflops", "f16_tflops", "bf16_tflops", "memory_bandwidth_gbps", "step_overhead_us",

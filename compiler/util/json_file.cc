@@ -3,11 +3,10 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "util/error.h"
+#include "util/read_file.h"
 
 namespace autovm {
 
@@ -17,16 +16,40 @@ namespace {
   throw Error(ErrorKind::usage, fmt::format("{} '{}': {}", what, path, fault));
 }
 
+// nlohmann's DOM builder, remembering the last object key it saw for the error message.
+class KeyTrackingSax : public nlohmann::detail::json_sax_dom_parser<nlohmann::json> {
+ public:
+  KeyTrackingSax(nlohmann::json& doc, const std::string& what, const std::string& path)
+      : nlohmann::detail::json_sax_dom_parser<nlohmann::json>(doc, true), what_(what), path_(path) {}
+  bool key(std::string& k) {
+    last_key_ = k;
+    return nlohmann::detail::json_sax_dom_parser<nlohmann::json>::key(k);
+  }
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string&, const Exception& e) {
+    throw Error(ErrorKind::usage,
+                fmt::format("{} '{}' is not valid JSON at byte {}{}: {}", what_, path_, position,
+                            last_key_.empty() ? "" : fmt::format(" (after field \"{}\")", last_key_),
+                            e.what()));
+  }
+
+ private:
+  const std::string& what_;
+  const std::string& path_;
+  std::string last_key_;
+};
+
 }  // namespace
 
-nlohmann::json read_json_file(const std::string& what, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) bad(what, path, "cannot be read; check the path");
-  std::ostringstream text;
-  text << in.rdbuf();
-  nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) bad(what, path, "is not valid JSON");
+nlohmann::json parse_json(const std::string& text, const std::string& what, const std::string& path) {
+  nlohmann::json doc;
+  KeyTrackingSax sax(doc, what, path);
+  nlohmann::json::sax_parse(text, &sax);
   return doc;
+}
+
+nlohmann::json read_json_file(const std::string& what, const std::string& path) {
+  return parse_json(read_regular_file(what, path, ErrorKind::usage), what, path);
 }
 
 std::vector<StepValue> read_step_values(const std::string& what, const std::string& path,

@@ -13,6 +13,11 @@ namespace autovm {
 // "measured step times 'FILE': cannot be read; check the path".
 nlohmann::json read_json_file(const std::string& what, const std::string& path);
 
+// Parses JSON text; a syntax error or a number out of range (1e999) throws Error(usage)
+// "WHAT 'PATH' is not valid JSON at byte N (after field "KEY"): ...", naming the last object
+// key read before the fault.
+nlohmann::json parse_json(const std::string& text, const std::string& what, const std::string& path);
+
 // A file that gives a value per step: {"<list_key>": [v0, v1, ...]}, one entry per step, or
 // {"by_node": {"<node>/<op>": v, ...}}, a key setting every step with that key; exactly one
 // of the two. `step_keys` are the steps' "<node>/<op>", in step order; `unit` names the

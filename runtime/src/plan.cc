@@ -1,9 +1,13 @@
 #include "plan.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <map>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -359,6 +363,28 @@ void place_temporaries(Plan& p) {
   }
 }
 
+// nlohmann's DOM builder, remembering the last object key it saw, so that a syntax error or a
+// number out of range (1e999) names its byte offset and the field it belongs to.
+class KeyTrackingSax : public nlohmann::detail::json_sax_dom_parser<json> {
+ public:
+  KeyTrackingSax(json& doc, const Reader& r) : nlohmann::detail::json_sax_dom_parser<json>(doc, true), r_(r) {}
+  bool key(std::string& k) {
+    last_key_ = k;
+    return nlohmann::detail::json_sax_dom_parser<json>::key(k);
+  }
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string&, const Exception& e) {
+    r_.fail("the file", cat("is not valid JSON at byte ", position,
+                            last_key_.empty() ? std::string() : cat(" (after field \"", last_key_, "\")"),
+                            " (", e.what(), ")"));
+    return false;  // not reached: fail throws
+  }
+
+ private:
+  const Reader& r_;
+  std::string last_key_;
+};
+
 }  // namespace
 
 Plan load_plan(std::string_view text, std::string source) {
@@ -366,11 +392,8 @@ Plan load_plan(std::string_view text, std::string source) {
   p.source = std::move(source);
   Reader r(p.source);
   json root;
-  try {
-    root = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    r.fail("the file", cat("is not valid JSON (", e.what(), ")"));
-  }
+  KeyTrackingSax sax(root, r);
+  json::sax_parse(text.begin(), text.end(), &sax);
   if (!root.is_object()) r.fail("the file", cat("is a JSON ", root.type_name(), ", not an object"));
   const int64_t version = r.integer(root, "", "schema_version", std::numeric_limits<int64_t>::min(), kMax);
   if (version != 1)
@@ -392,11 +415,29 @@ Plan load_plan(std::string_view text, std::string source) {
 }
 
 Plan load_plan_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw Error(AUTOVM_ERR_IO, "cannot open plan '" + path + "'; check the path and permissions");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error(AUTOVM_ERR_IO, "cannot read plan '" + path + "'");
+  auto io_error = [&](const std::string& why) {
+    return Error(AUTOVM_ERR_IO, "cannot read plan '" + path + "': " + why);
+  };
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses all but a file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw io_error(std::string(std::strerror(errno)) + "; check the path and permissions");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw io_error(std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw io_error("it is a directory; name the plan's JSON file");
+  if (!S_ISREG(st.st_mode)) throw io_error("not a regular file (a FIFO or a device); name the plan's JSON file");
+  std::string text;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw io_error(std::strerror(errno));
+    if (n == 0) break;
+    text.append(buffer, size_t(n));
+  }
   return load_plan(text, path);
 }
 

@@ -200,6 +200,19 @@ def case_exit_codes():
     contains(run("verify", plan("bad_version.json"), code=4).stderr, "schema_version")
     contains(run("summary", plan("missing_field.json"), code=4).stderr, "tensors[2].bytes")
     contains(run("timeline", plan("structure_ids.json"), code=4).stderr, "out of range")
+    # Numbers out of range: too large for a double, and INT64_MIN / INT64_MAX bytes (they once
+    # aborted, overflowed or crashed autovm-inspect); a FIFO or a directory instead of a plan.
+    corpus = os.path.join(HERE, "fuzz_corpus")
+    contains(run("summary", os.path.join(corpus, "bytes_1e999.json"), code=4).stderr,
+             'after field "bytes"', "1e999")
+    for name in ("bytes_int64_min.json", "bytes_int64_max.json"):
+        contains(run("summary", os.path.join(corpus, name), code=4).stderr,
+                 "tensors[2].bytes", "out of range: a byte count lies in [0, 2^50]")
+    with tempfile.TemporaryDirectory() as tmp:
+        fifo = os.path.join(tmp, "plan.json")
+        os.mkfifo(fifo)
+        contains(run("summary", fifo, code=3).stderr, "not a regular file")
+        contains(run("verify", tmp, code=3).stderr, "it is a directory")
     run("verify", plan("structure_ids.json"), code=1)
     run("verify", plan("valid.json"), "--budget", "5000B", code=1)
     run("verify", plan("rule2_over_budget.json"), "--budget", "5.5KiB", code=0)

@@ -1,5 +1,6 @@
 // The ONNX loader: conversion, validation, initializers, external data, errors, supported ops.
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -243,6 +244,77 @@ TEST_CASE("loader: external data") {
   }
 }
 
+TEST_CASE("loader: external data stays inside the model's folder, in regular files") {
+  TempDir dir, outside;
+  std::filesystem::create_directory(dir.path / "m");
+  // The bytes a symlink out would expose: "root:x:0:0:root:" read as two int64s.
+  const std::string secret = outside.write("passwd", "root:x:0:0:root:");
+  const std::string leaked = "3475222254926655346";
+  OnnxBuilder b = small_model();
+  b.node("Reshape", {"y", "shape"}, {"z"});
+  b.weight("shape", {2}, TensorProto::INT64);
+  b.output("z");
+  dir.write("m/ints.bin", le64({2, -1}));
+  auto load_with = [&](const std::string& location) {
+    TensorProto& t = b.graph()->mutable_initializer(1)[0];
+    t.mutable_external_data()->Clear();
+    t.clear_raw_data();
+    set_external(t, location, 0, 16);
+    return model::load_model(dir.write("m/model.onnx", b.bytes()));
+  };
+  auto refused = [&](const std::string& location) {
+    auto [kind, message] = error_of([&] { load_with(location); });
+    CHECK(kind == ErrorKind::invalid_model);
+    CHECK(message.find("initializer 'shape'") != std::string::npos);
+    CHECK(message.find("'" + location + "'") != std::string::npos);
+    CHECK(message.find(leaked) == std::string::npos);
+    return message;
+  };
+
+  SUBCASE("a symlink that leads out is refused, and its target's bytes are never shown") {
+    std::filesystem::create_symlink(secret, dir.path / "m/link.bin");
+    std::string message = refused("link.bin");
+    CHECK(message.find("outside the model's folder") != std::string::npos);
+  }
+  SUBCASE("a symlink that stays inside is followed") {
+    std::filesystem::create_symlink("ints.bin", dir.path / "m/link.bin");
+    model::Model m = load_with("link.bin");
+    REQUIRE(m.values[m.find("shape")].value.has_value());
+    CHECK(m.values[m.find("shape")].value->ints == std::vector<int64_t>{2, -1});
+  }
+  SUBCASE("a symlinked folder that leads out is refused") {
+    std::filesystem::create_directory_symlink(outside.path, dir.path / "m/sub");
+    CHECK(refused("sub/passwd").find("outside the model's folder") != std::string::npos);
+  }
+  SUBCASE("'..' is refused, also through a symlinked folder") {
+    std::filesystem::create_directory(dir.path / "m/inner");
+    std::filesystem::create_directory_symlink(dir.path / "m/inner", dir.path / "m/sub");
+    CHECK(refused("sub/../ints.bin").find("relative path inside the model's folder") != std::string::npos);
+  }
+  SUBCASE("a FIFO is refused without waiting for a writer") {
+    REQUIRE(mkfifo((dir.path / "m/fifo.bin").c_str(), 0600) == 0);
+    CHECK(refused("fifo.bin").find("a FIFO, not a regular file") != std::string::npos);
+  }
+  SUBCASE("a directory is refused") {
+    std::filesystem::create_directory(dir.path / "m/data.bin");
+    CHECK(refused("data.bin").find("a directory, not a regular file") != std::string::npos);
+  }
+  SUBCASE("a file shorter than offset + length is refused before anything is read") {
+    dir.write("m/ints.bin", le64({2}));
+    CHECK(refused("ints.bin").find("too short: it has 8 bytes, and 16 are needed from offset 0") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("loader: a model that is a FIFO is refused without waiting for a writer") {
+  TempDir dir;
+  const std::string fifo = (dir.path / "model.onnx").string();
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  auto [kind, message] = error_of([&] { model::load_model(fifo); });
+  CHECK(kind == ErrorKind::unreadable);
+  CHECK(message.find("not a regular file") != std::string::npos);
+}
+
 TEST_CASE("loader: file errors") {
   TempDir dir;
   auto [kind, message] = error_of([&] { model::load_model((dir.path / "nope.onnx").string()); });
@@ -409,7 +481,7 @@ TEST_CASE("supported ops: sorted, each with a shape rule") {
   for (std::string_view op : names) CHECK_MESSAGE(model::has_shape_rule(op), op);
 }
 
-TEST_CASE("sha256: FIPS 180-4 test vectors, with the CPU's extensions and without") {
+TEST_CASE("sha256: FIPS 180-4 test vectors") {
   // Digests from FIPS 180-4's examples (csrc.nist.gov, SHA256.pdf / SHA2_Additional.pdf).
   const std::string million_a(1000000, 'a');
   const std::pair<std::string, std::string> cases[] = {
@@ -419,23 +491,9 @@ TEST_CASE("sha256: FIPS 180-4 test vectors, with the CPU's extensions and withou
        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
       {million_a, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"},
   };
-  for (const auto& [text, digest] : cases) {
+  for (const auto& c : cases) {  // no structured binding: CAPTURE's lambda cannot take one in clang 14
+    const std::string& text = c.first;
     CAPTURE(text.size());
-    CHECK(sha256_hex(text.data(), text.size(), Sha256Impl::portable) == digest);
-    CHECK(sha256_hex(text.data(), text.size()) == digest);
-  }
-  const std::string used = sha256_uses_cpu_extensions() ? "yes" : "no";
-  MESSAGE("SHA extensions used on this machine: " << used);
-}
-
-TEST_CASE("sha256: both implementations agree on every length around the block edges") {
-  std::string bytes(70000, '\0');
-  uint32_t x = 12345;
-  for (char& c : bytes) c = char((x = x * 1103515245u + 12345u) >> 24);
-  for (size_t n : {size_t(0), size_t(1), size_t(55), size_t(56), size_t(63), size_t(64), size_t(65),
-                   size_t(119), size_t(120), size_t(127), size_t(128), size_t(129), size_t(4095),
-                   size_t(65536), size_t(70000)}) {
-    CAPTURE(n);
-    CHECK(sha256_hex(bytes.data(), n) == sha256_hex(bytes.data(), n, Sha256Impl::portable));
+    CHECK(sha256_hex(text.data(), text.size()) == c.second);
   }
 }

@@ -105,6 +105,18 @@ TEST_CASE("a bad reserve file is a usage error that names the file and the fault
   fails_with(R"({"by_node": {"s1/Relu": null}})", "by_node['s1/Relu'] must be a non-negative");
   fails_with(R"({"step_bytes": [0, 0, 0], "by_node": {}})", "exactly one of");
   fails_with("not json", "is not valid JSON");
+  // Numbers out of range: too large for a double, and a reserve no device holds.
+  fails_with(R"({"step_bytes": [1, 1e999, 3]})", "is not valid JSON at byte 24 (after field \"step_bytes\")");
+  fails_with(R"({"step_bytes": [1, 9223372036854775807, 3]})",
+             "step_bytes[1] must be a non-negative whole number of bytes, at most 2^50");
+  fails_with(R"({"step_bytes": [1, -9223372036854775808, 3]})", "step_bytes[1] must be a non-negative");
   TrainingGraph g = three_steps();
+  // A directory is refused, not read as an empty file.
+  try {
+    apply_step_reserve(std::filesystem::temp_directory_path().string(), g);
+    FAIL("a directory was accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("it is a directory") != std::string::npos);
+  }
   CHECK_THROWS_AS(apply_step_reserve("/nonexistent/reserve.json", g), Error);
 }

@@ -85,6 +85,21 @@ with tempfile.TemporaryDirectory() as tmp:
          "(8589934592 B)")
     case("unwritable output", [RESNET18, "--batch", "2", "-o", os.path.join(tmp, "no", "such", "dir", "p.json")],
          7, "cannot write")
+    case("-o ''", [RESNET18, "--batch", "2", "-o", ""], 2, "-o needs a file name, not ''")
+    readonly = os.path.join(tmp, "readonly.json")
+    open(readonly, "w").write("old plan\n")
+    os.chmod(readonly, 0o444)
+    case("read-only output", [RESNET18, "--batch", "2", "-o", readonly], 7,
+         f"cannot write '{readonly}': it is read-only (mode 0444)")
+    results.append(open(readonly).read() == "old plan\n" and os.stat(readonly).st_mode & 0o777 == 0o444
+                   and not [n for n in os.listdir(tmp) if "autovm-tmp" in n])
+    print(f"{'PASS' if results[-1] else 'FAIL'} a refused read-only output keeps its content and mode, no temporary left")
+    keep_mode = os.path.join(tmp, "group.json")
+    open(keep_mode, "w").write("old plan\n")
+    os.chmod(keep_mode, 0o640)
+    case("output keeps its mode", [RESNET18, "--batch", "2", "--quiet", "-o", keep_mode], 0)
+    results.append(os.stat(keep_mode).st_mode & 0o777 == 0o640 and open(keep_mode).read().startswith("{"))
+    print(f"{'PASS' if results[-1] else 'FAIL'} a replaced output keeps its mode 0640")
     r = case("plan to stdout", [RESNET18, "--batch", "2", "--quiet"], 0, '"schema_version":1', stream="stdout")
     out = os.path.join(tmp, "plan.json")
     case("plan to a file", [RESNET18, "--batch", "2", "--optimizer", "adam", "-o", out], 0, "resnet18.onnx")

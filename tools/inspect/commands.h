@@ -1,11 +1,15 @@
 // Contract: the subcommands of autovm-inspect. main() parses the command line into Options and
-// calls one of these; each returns the exit code (common.h) or throws Failure.
+// calls one of the run_* functions, which read the plans it names; each returns the exit code
+// (common.h) or throws Failure. The functions that take a Plan do the same work on a plan
+// already read (the fuzz target calls them) and print to standard output.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "plan.h"
 
 namespace inspect {
 
@@ -26,5 +30,10 @@ int run_verify(const Options&);
 int run_trace(const Options&);
 int run_svg(const Options&);
 int run_diff(const Options&);
+
+int summary(const Plan&, const Options&);
+int timeline(const Plan&, const Options&);
+int verify(const Plan&, const Options&);
+int diff(const Plan& a, const Plan& b, const Options&);
 
 }  // namespace inspect

@@ -2,26 +2,30 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 namespace inspect {
 
 std::string format_bytes(int64_t bytes) {
-  if (bytes < 0) return fmt::format("-{}", format_bytes(-bytes));
-  if (bytes < 1000) return fmt::format("{} B", bytes);
+  // The magnitude as unsigned: -INT64_MIN does not fit in int64_t.
+  const uint64_t magnitude = bytes < 0 ? 0 - static_cast<uint64_t>(bytes) : static_cast<uint64_t>(bytes);
+  const char* sign = bytes < 0 ? "-" : "";
+  if (magnitude < 1000) return fmt::format("{}{} B", sign, magnitude);
   const char* units[] = {"KB", "MB", "GB", "TB", "PB", "EB"};
-  double b = static_cast<double>(bytes);
+  double b = static_cast<double>(magnitude);
   int u = -1;
   while (b >= 999.5 && u < 5) {
     b /= 1000;
     ++u;
   }
-  return fmt::format("{:.{}f} {}", b, b < 9.995 ? 2 : (b < 99.95 ? 1 : 0), units[u]);
+  return fmt::format("{}{:.{}f} {}", sign, b, b < 9.995 ? 2 : (b < 99.95 ? 1 : 0), units[u]);
 }
 
 std::string format_us(double us) {
@@ -73,8 +77,32 @@ void write_file_atomically(const std::string& path, std::string_view content) {
                                             "exists and is writable",
                                             path, what, std::strerror(errno)));
   };
-  std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  auto refuse = [&](const std::string& why) {
+    throw Failure(Exit::output, fmt::format("cannot write '{}': {}", path, why));
+  };
+  struct stat st {}, link {};
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  const bool is_link = ::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
+  if (exists && S_ISDIR(st.st_mode)) refuse("it is a directory; name a file");
+  mode_t mode = 0;
+  if (exists && !is_link) {
+    if ((st.st_mode & 0222) == 0 || ::access(path.c_str(), W_OK) != 0)
+      refuse(fmt::format("it is read-only (mode {:04o}); make it writable or write elsewhere",
+                         st.st_mode & 07777));
+    mode = st.st_mode & 07777;
+  } else {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    mode = 0666 & ~mask;
+  }
+  // mkstemp creates the file with O_EXCL: nothing already at the name is opened or followed.
+  const std::filesystem::path target(path);
+  const std::filesystem::path folder = target.has_parent_path() ? target.parent_path() : ".";
+  std::string name = ".";  // appended, not "." + ...: GCC 12 warns falsely (-Wrestrict) on that
+  name += target.filename().string();
+  name += ".autovm-tmp.XXXXXX";
+  std::string tmp = (folder / name).string();
+  int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
   if (fd < 0) fail("cannot create a temporary file beside it");
   auto abandon = [&](const char* what) {
     int saved = errno;
@@ -83,6 +111,7 @@ void write_file_atomically(const std::string& path, std::string_view content) {
     errno = saved;
     fail(what);
   };
+  if (::fchmod(fd, mode) != 0) abandon("cannot set the temporary file's mode");
   size_t done = 0;
   while (done < content.size()) {
     ssize_t n = ::write(fd, content.data() + done, content.size() - done);

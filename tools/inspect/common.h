@@ -52,7 +52,10 @@ std::string join(const Range& items, std::string_view separator) {
   }
   return out;
 }
-// Writes a temporary file beside `path`, then renames it over `path`. Throws Failure(output).
+// Writes a temporary file beside `path` (created by mkstemp as ".NAME.autovm-tmp.XXXXXX", so
+// nothing already at its name is followed), then renames it over `path`. The file keeps the
+// permission bits of the one it replaces; a read-only target (no write bit, or not writable by
+// the user) or a directory is refused. Throws Failure(output).
 void write_file_atomically(const std::string& path, std::string_view content);
 
 }  // namespace inspect

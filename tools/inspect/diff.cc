@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include "commands.h"
@@ -12,14 +13,20 @@
 namespace inspect {
 namespace {
 
+// A weight to sort by: a * b, or INT64_MAX when that overflows (both are non-negative).
+int64_t saturating_mul(int64_t a, int64_t b) {
+  int64_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? std::numeric_limits<int64_t>::max() : product;
+}
+
 struct Side {
-  Plan plan;
+  const Plan& plan;
   Analysis analysis;
   std::map<std::string, TensorId> by_name;
   std::map<std::string, std::vector<std::string>> actions;  // tensor name -> sorted signatures
   int64_t to_host = 0, to_device = 0;
 
-  explicit Side(const std::string& path) : plan(read_plan(path)), analysis(analyze_checked(plan)) {
+  explicit Side(const Plan& p) : plan(p), analysis(analyze_checked(plan)) {
     for (const Tensor& t : plan.tensors) by_name.emplace(t.name, t.id);
     for (const Action& a : plan.actions) {
       actions[plan.tensors[static_cast<size_t>(a.tensor)].name].push_back(signature(a));
@@ -86,8 +93,10 @@ std::vector<std::string> minus(const std::vector<std::string>& x, const std::vec
 
 }  // namespace
 
-int run_diff(const Options& o) {
-  const Side a(o.plans.at(0)), b(o.plans.at(1));
+int run_diff(const Options& o) { return diff(read_plan(o.plans.at(0)), read_plan(o.plans.at(1)), o); }
+
+int diff(const Plan& plan_a, const Plan& plan_b, const Options& o) {
+  const Side a(plan_a), b(plan_b);
   const Plan& pa = a.plan;
   const Plan& pb = b.plan;
   const auto top = static_cast<size_t>(o.top);
@@ -149,7 +158,7 @@ int run_diff(const Options& o) {
     const int64_t bytes = pa.tensors[static_cast<size_t>(ida)].bytes;
     auto removed = minus(list_of(a, n), list_of(b, n)), added = minus(list_of(b, n), list_of(a, n));
     if (!added.empty() || !removed.empty())
-      actions.push_back({n, bytes * static_cast<int64_t>(added.size() + removed.size()),
+      actions.push_back({n, saturating_mul(bytes, static_cast<int64_t>(added.size() + removed.size())),
                          join(added, ", "), join(removed, ", ")});
     auto off_a = a.off_intervals(ida), off_b = b.off_intervals(it->second);
     if (off_a != off_b)

@@ -50,7 +50,8 @@ options:
   --budget SIZE  verify: check against this budget instead of the plan's own; SIZE is a
                  number with an optional unit: B, KB, MB, GB, TB or KiB, MiB, GiB, TiB
   --json         verify: print the result as JSON
-  -o FILE        trace, svg: write here (atomically: a temporary file, then a rename)
+  -o FILE        trace, svg: write here (atomically: a temporary file, then a rename; the
+                 file keeps its permissions)
   --top N        diff: how many tensors to list (default 10)
   -h, --help     this text
   --version      the version
@@ -59,11 +60,12 @@ exit codes:
   0  done (verify: the plan is valid)
   1  verify: the plan breaks a rule (every violation is counted, the first 20 listed)
   2  bad usage: unknown subcommand or option, a missing or malformed value
-  3  a plan file is missing or unreadable
+  3  a plan file is missing or unreadable, or is a directory, FIFO or device
   4  a plan is not a valid plan: not JSON, another schema_version or execution model, a
-     field missing or of the wrong type (the message names it); subcommands other than
-     verify also refuse a plan whose ids are out of range
-  5  an output file could not be written
+     field missing, of the wrong type or out of range (a byte count outside [0, 2^50]; the
+     message names it); subcommands other than verify also refuse a plan whose ids are
+     out of range
+  5  an output file could not be written (or is read-only, or a directory)
 )";
 
 [[noreturn]] void usage_error(const std::string& message) {

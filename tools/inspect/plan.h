@@ -6,7 +6,10 @@
 // every field present with the right type and a known enum value (kinds, phases, dtypes).
 // Whether the contents make sense (ids in range, lifetimes, residency) is for residency.h and
 // the verifier. Optional fields (the swap planner's predictions) are std::nullopt when absent
-// or null.
+// or null. Every byte count (bytes, offsets, reserves, peaks, the arena) lies in
+// [0, kMaxPlanBytes], and the tensors' bytes and the actions' bytes each sum to at most
+// kMaxPlanBytes, so that sums of a few such totals never overflow int64_t; the reader refuses a
+// plan with a larger one, naming the field.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -22,6 +25,9 @@ namespace inspect {
 
 using TensorId = int64_t;
 using StepIndex = int64_t;  // time: an index into the steps; intervals are inclusive at both ends
+
+// 2^50 bytes (1 PiB): more than any device or host holds.
+inline constexpr int64_t kMaxPlanBytes = int64_t(1) << 50;
 
 enum class TensorKind { input, label, parameter, buffer, gradient, optimizer_state, activation,
                         activation_grad, workspace };
@@ -136,8 +142,10 @@ struct Plan {
   bool has_step_times() const;
 };
 
-// Throws Failure(unreadable_plan) when the file cannot be read, Failure(invalid_plan) naming
-// the field when it is not a plan.
+// Throws Failure(unreadable_plan) when the file cannot be read (or is not a regular file),
+// Failure(invalid_plan) naming the field when it is not a plan.
 Plan read_plan(const std::string& path);
+// The same for a plan's text; `path` names it in messages.
+Plan parse_plan(std::string_view text, const std::string& path);
 
 }  // namespace inspect

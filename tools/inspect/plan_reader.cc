@@ -1,12 +1,14 @@
 // Reads a plan's JSON into the structs of plan.h, naming the field in every error.
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "common.h"
 #include "plan.h"
@@ -126,6 +128,13 @@ class Field {
     }
     fail(fmt::format("expected an integer, found {}", v_.dump()));
   }
+  // A byte count: an integer in [0, kMaxPlanBytes].
+  int64_t byte_count() const {
+    int64_t b = integer();
+    if (b < 0 || b > kMaxPlanBytes)
+      fail(fmt::format("{} is out of range: a byte count lies in [0, 2^50]", b));
+    return b;
+  }
   double number() const {
     if (!v_.is_number()) fail(fmt::format("expected a number, found {}", v_.type_name()));
     return v_.get<double>();
@@ -182,9 +191,9 @@ std::optional<double> optional_number(const Field& f, std::string_view key) {
   auto v = f.find(key);
   return v ? std::optional<double>(v->number()) : std::nullopt;
 }
-std::optional<int64_t> optional_integer(const Field& f, std::string_view key) {
+std::optional<int64_t> optional_byte_count(const Field& f, std::string_view key) {
   auto v = f.find(key);
-  return v ? std::optional<int64_t>(v->integer()) : std::nullopt;
+  return v ? std::optional<int64_t>(v->byte_count()) : std::nullopt;
 }
 
 Tensor read_tensor(const Field& f) {
@@ -202,8 +211,8 @@ Tensor read_tensor(const Field& f) {
     dtype.fail(fmt::format("unknown dtype '{}'; expected one of {}", t.dtype, join(names, ", ")));
   }
   t.shape = f.at("shape").integers();
-  t.bytes = f.at("bytes").integer();
-  t.offset = f.at("offset").integer();
+  t.bytes = f.at("bytes").byte_count();
+  t.offset = f.at("offset").byte_count();
   return t;
 }
 
@@ -216,7 +225,7 @@ Step read_step(const Field& f) {
   s.inputs = f.at("inputs").integers();
   s.outputs = f.at("outputs").integers();
   if (auto w = f.at_nullable("workspace")) s.workspace = w->integer();
-  s.reserve_bytes = optional_integer(f, "reserve_bytes").value_or(0);
+  s.reserve_bytes = optional_byte_count(f, "reserve_bytes").value_or(0);
   s.compute_us = optional_number(f, "compute_us");
   s.start_us = optional_number(f, "start_us");
   s.end_us = optional_number(f, "end_us");
@@ -238,7 +247,7 @@ Action read_action(const Field& f) {
   Action a;
   a.kind = f.at("kind").one_of<ActionKind>(kActionNames);
   a.tensor = f.at("tensor").integer();
-  a.bytes = f.at("bytes").integer();
+  a.bytes = f.at("bytes").byte_count();
   a.after_step = f.at("after_step").integer();
   a.ready_before_step = f.at("ready_before_step").integer();
   if (a.kind == ActionKind::recompute) a.source_step = f.at("source_step").integer();
@@ -256,11 +265,11 @@ Prediction read_prediction(const Field& f) {
   p.compute_us = optional_number(f, "compute_us");
   p.stall_us = optional_number(f, "stall_us");
   p.recompute_us = optional_number(f, "recompute_us");
-  p.bytes_to_host = optional_integer(f, "bytes_to_host");
-  p.bytes_to_device = optional_integer(f, "bytes_to_device");
+  p.bytes_to_host = optional_byte_count(f, "bytes_to_host");
+  p.bytes_to_device = optional_byte_count(f, "bytes_to_device");
   p.no_swap_step_time_us = optional_number(f, "no_swap_step_time_us");
   p.bound_us = optional_number(f, "bound_us");
-  p.resident_peak_bytes = optional_integer(f, "resident_peak_bytes");
+  p.resident_peak_bytes = optional_byte_count(f, "resident_peak_bytes");
   return p;
 }
 
@@ -269,9 +278,9 @@ Baseline read_baseline(const Field& f) {
   b.policy = f.at("policy").string();
   b.fits = f.at("fits").boolean();
   b.step_time_us = optional_number(f, "step_time_us");
-  b.bytes_to_host = optional_integer(f, "bytes_to_host");
-  b.bytes_to_device = optional_integer(f, "bytes_to_device");
-  b.resident_peak_bytes = optional_integer(f, "resident_peak_bytes");
+  b.bytes_to_host = optional_byte_count(f, "bytes_to_host");
+  b.bytes_to_device = optional_byte_count(f, "bytes_to_device");
+  b.resident_peak_bytes = optional_byte_count(f, "resident_peak_bytes");
   return b;
 }
 
@@ -298,7 +307,9 @@ Plan parse(const json& doc, const std::string& path) {
   p.model_fields = model.members();
 
   Field options = root.at("options");
-  p.budget_bytes = options.at("budget_bytes").integer();
+  Field budget = options.at("budget_bytes");  // INT64_MAX: no limit
+  p.budget_bytes = budget.integer();
+  if (p.budget_bytes < 0) budget.fail(fmt::format("{} is negative", p.budget_bytes));
   p.optimizer = options.at("optimizer").string();
   if (auto d = options.find("device")) p.device = d->string();
   if (auto m = options.find("mechanism")) p.mechanism = m->string();
@@ -312,15 +323,29 @@ Plan parse(const json& doc, const std::string& path) {
   }
   p.option_fields = options.members();
 
-  for (const Field& f : root.at("tensors").items()) p.tensors.push_back(read_tensor(f));
+  // Each byte count is at most 2^50, so these sums cannot overflow before they are checked.
+  Field tensors = root.at("tensors");
+  int64_t tensor_bytes = 0;
+  for (const Field& f : tensors.items()) {
+    p.tensors.push_back(read_tensor(f));
+    tensor_bytes += p.tensors.back().bytes;
+    if (tensor_bytes > kMaxPlanBytes)
+      f.fail("the tensors' bytes sum to more than 2^50 up to here; no device holds that much");
+  }
   for (const Field& f : root.at("steps").items()) p.steps.push_back(read_step(f));
   for (const Field& f : root.at("lifetimes").items()) p.lifetimes.push_back(read_lifetime(f));
-  for (const Field& f : root.at("actions").items()) p.actions.push_back(read_action(f));
+  int64_t action_bytes = 0;
+  for (const Field& f : root.at("actions").items()) {
+    p.actions.push_back(read_action(f));
+    action_bytes += p.actions.back().bytes;
+    if (action_bytes > kMaxPlanBytes)
+      f.fail("the actions move more than 2^50 bytes in all up to here; no step moves that much");
+  }
 
   Field stats = root.at("statistics");
-  p.peak_bytes = stats.at("peak_bytes").integer();
+  p.peak_bytes = stats.at("peak_bytes").byte_count();
   p.peak_step = stats.at("peak_step").integer();
-  p.arena_bytes = stats.at("arena_bytes").integer();
+  p.arena_bytes = stats.at("arena_bytes").byte_count();
   if (auto pred = stats.find("prediction")) p.prediction = read_prediction(*pred);
   if (auto base = stats.find("baselines"))
     for (const Field& f : base->items()) p.baselines.push_back(read_baseline(f));
@@ -329,26 +354,78 @@ Plan parse(const json& doc, const std::string& path) {
 
 }  // namespace
 
-Plan read_plan(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw Failure(Exit::unreadable_plan,
-                  fmt::format("cannot read plan '{}': {}", path, std::strerror(errno)));
+namespace {
+
+// nlohmann's DOM builder, remembering the last object key it saw, so that a syntax error or a
+// number out of range (1e999) is reported with its byte offset and the key it belongs to.
+class KeyTrackingSax : public nlohmann::detail::json_sax_dom_parser<json> {
+ public:
+  KeyTrackingSax(json& doc, const std::string& path)
+      : nlohmann::detail::json_sax_dom_parser<json>(doc, true), path_(path) {}
+  bool key(std::string& k) {
+    last_key_ = k;
+    return nlohmann::detail::json_sax_dom_parser<json>::key(k);
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Failure(Exit::unreadable_plan, fmt::format("cannot read plan '{}'", path));
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string&, const Exception& e) {
+    throw Failure(Exit::invalid_plan,
+                  fmt::format("plan '{}' is not JSON: at byte {}{}: {}", path_, position,
+                              last_key_.empty() ? "" : fmt::format(" (after field \"{}\")", last_key_),
+                              e.what()));
+  }
+
+ private:
+  const std::string& path_;
+  std::string last_key_;
+};
+
+}  // namespace
+
+Plan parse_plan(std::string_view text, const std::string& path) {
   json doc;
-  try {
-    doc = json::parse(text.str());
-  } catch (const json::parse_error& e) {
-    throw Failure(Exit::invalid_plan, fmt::format("plan '{}' is not JSON: {}", path, e.what()));
-  }
+  KeyTrackingSax sax(doc, path);
+  json::sax_parse(text, &sax);
   try {
     return parse(doc, path);
   } catch (const Failure& e) {
     throw Failure(e.code(), fmt::format("plan '{}' is not a valid plan: {}", path, e.what()));
   }
+}
+
+Plan read_plan(const std::string& path) {
+  auto unreadable = [&](const std::string& why) {
+    return Failure(Exit::unreadable_plan, fmt::format("cannot read plan '{}': {}", path, why));
+  };
+  // Without O_NONBLOCK, opening a FIFO waits for a writer; fstat then refuses anything but a
+  // regular file.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw unreadable(std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int saved = errno;
+    ::close(fd);
+    throw unreadable(std::strerror(saved));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw unreadable(S_ISDIR(st.st_mode) ? "it is a directory; name a plan file"
+                                         : "not a regular file (a FIFO or a device); name a plan file");
+  }
+  std::string text;
+  char buffer[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int saved = errno;
+      ::close(fd);
+      throw unreadable(std::strerror(saved));
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return parse_plan(text, path);
 }
 
 }  // namespace inspect

@@ -80,8 +80,9 @@ void print_largest(const Plan& p, const Analysis& a) {
 
 }  // namespace
 
-int run_summary(const Options& o) {
-  Plan p = read_plan(o.plans.at(0));
+int run_summary(const Options& o) { return summary(read_plan(o.plans.at(0)), o); }
+
+int summary(const Plan& p, const Options&) {
   Analysis a = analyze_checked(p);
 
   std::array<int64_t, kPhaseCount> phases{};

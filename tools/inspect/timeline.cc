@@ -35,8 +35,9 @@ constexpr int kLabelWidth = 10;
 
 }  // namespace
 
-int run_timeline(const Options& o) {
-  Plan p = read_plan(o.plans.at(0));
+int run_timeline(const Options& o) { return timeline(read_plan(o.plans.at(0)), o); }
+
+int timeline(const Plan& p, const Options& o) {
   Analysis a = analyze_checked(p);
   const Glyphs& g = o.ascii ? kAscii : kUnicode;
   const StepIndex n = p.step_count();

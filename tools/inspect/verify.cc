@@ -424,8 +424,9 @@ void print_json(const Plan& p, const std::vector<Issue>& issues, const Analysis*
 
 }  // namespace
 
-int run_verify(const Options& o) {
-  Plan p = read_plan(o.plans.at(0));
+int run_verify(const Options& o) { return verify(read_plan(o.plans.at(0)), o); }
+
+int verify(const Plan& p, const Options& o) {
   int64_t budget = o.budget.value_or(p.budget_bytes);
   Verifier v(p, budget);
   std::vector<Issue> issues = v.run();

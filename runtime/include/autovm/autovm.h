@@ -49,7 +49,7 @@ extern "C" {
 typedef enum autovm_status {
   AUTOVM_OK = 0,
   AUTOVM_ERR_INVALID_ARGUMENT = 1, /* a NULL pointer, an id or step out of range */
-  AUTOVM_ERR_IO = 2,               /* the plan file could not be read */
+  AUTOVM_ERR_IO = 2,               /* the plan file could not be read (or is a directory, FIFO, device) */
   AUTOVM_ERR_PLAN = 3,             /* the plan is malformed or inconsistent */
   AUTOVM_ERR_NOT_RESIDENT = 4,     /* strict mode: a step used a tensor that is not resident */
   AUTOVM_ERR_OUT_OF_MEMORY = 5,    /* memory could not be allocated, or strict mode: a step's
