@@ -25,7 +25,7 @@ The configuration file is $AUTOVM_CONFIG, else $XDG_CONFIG_HOME/autovm/config.js
     {"prefix": "/opt/autovm"}                        where `meson install` put AutoVM, or
     {"planner": ".../autovm-plan", "library": ".../libautovm.so.1"}
 
-`python3 -m autovm.locate` prints what is found, and where it looked.
+`python3 -m autovm` prints what is found, and where it looked.
 """
 import ctypes
 import glob
@@ -120,12 +120,12 @@ def planner(path=None):
             raise ToolNotFoundError(
                 f"autovm-plan not found at {candidate} ({where}): no executable file there. "
                 "Name the right one, or leave it to the search ($AUTOVM_PLAN, the configuration "
-                f"{config_path()}, PATH; python3 -m autovm.locate shows it)")
+                f"{config_path()}, PATH; python3 -m autovm shows it)")
         looked.append(f"{candidate} ({where})")
     raise ToolNotFoundError(
         "autovm-plan not found on PATH" + "".join(f"; nor at {x}" for x in looked) + ". Install "
         "AutoVM (meson install) and put its bin/ on PATH, or set $AUTOVM_PLAN or the "
-        f"configuration file {config_path()} (python3 -m autovm.locate). On a machine without "
+        f"configuration file {config_path()} (python3 -m autovm). On a machine without "
         "it, make the plan elsewhere and use autovm.load_plan(FILE)")
 
 
@@ -199,13 +199,13 @@ def library(path=None):
             raise ToolNotFoundError(
                 f"libautovm not found at {candidate} ({where}). Name the right file, or leave "
                 f"it to the search ($AUTOVM_LIB, the configuration {config_path()}, beside "
-                "autovm-plan, the dynamic loader; python3 -m autovm.locate shows it)")
+                "autovm-plan, the dynamic loader; python3 -m autovm shows it)")
         looked.append(f"{candidate} ({where})")
     raise ToolNotFoundError(
         f"libautovm not found by the dynamic loader ({SONAME})"
         + "".join(f"; nor at {x}" for x in looked) + ". Install AutoVM (meson install) and put "
         "its bin/ on PATH, or set $AUTOVM_LIB or the configuration file "
-        f"{config_path()} (python3 -m autovm.locate)")
+        f"{config_path()} (python3 -m autovm)")
 
 
 def main():
@@ -221,7 +221,3 @@ def main():
             print(f"{name}: {e}")
             status = 1
     return status
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

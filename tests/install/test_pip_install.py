@@ -7,10 +7,11 @@ Installs the build into a temporary prefix (meson install --destdir, then moved 
 copies python/ out of the source tree (pip builds in the folder it is given) and pip-installs
 it into a fresh virtual environment that sees the system's packages (Debian's torch), with
 --no-index --no-build-isolation: Debian's setuptools, nothing downloaded. Then, from a folder
-outside the source tree, with no AUTOVM_* variables and no PYTHONPATH, the venv's python:
-imports the installed autovm (no LD_LIBRARY_PATH either); finds autovm-plan on PATH and libautovm beside it; plans a small
-CNN through autovm.plan(); reads a plan through the configuration file instead of PATH; and,
-with neither, says where it looked. Prints one line per check and 'N passed, M failed'.
+outside the source tree, with no AUTOVM_* variables, PYTHONPATH or LD_LIBRARY_PATH, the venv's
+python: imports the installed autovm; finds autovm-plan on PATH and libautovm beside it; plans
+a small CNN through autovm.plan(); `python -m autovm` says what it found; finds both through
+the configuration file instead of PATH; and, with neither, says where it looked.
+Prints one line per check and 'N passed, M failed'; exits 1 if any failed.
 """
 import os
 import shutil
@@ -128,6 +129,11 @@ def users(py, prefix, venv, clean, tmp):
               out["library"])
         check("the plan is the model's", out["batch"] == 4 and out["optimizer"] == "momentum"
               and out["steps"] > 0, out)
+
+    r = subprocess.run([py, "-m", "autovm"], capture_output=True, text=True, env=env, cwd=work)
+    check("python -m autovm names what it found", r.returncode == 0
+          and f"autovm-plan: {exe} (PATH)" in r.stdout and f"libautovm: {lib} " in r.stdout,
+          r.stdout + r.stderr)
 
     config = os.path.join(tmp, "config", "autovm", "config.json")
     os.makedirs(os.path.dirname(config))
