@@ -19,7 +19,8 @@ std::string running_executable() {
   return ec ? std::string() : exe.string();
 }
 
-std::vector<ProfileFolder> profile_search_path(const char* env_path, const std::string& executable) {
+std::vector<ProfileFolder> profile_search_path(const char* env_path,
+                                               const std::string& executable) {
   std::vector<ProfileFolder> folders;
   if (env_path != nullptr) {
     std::string list = env_path;

@@ -1,9 +1,10 @@
 // Contract: the folders where shipped device profiles are found by name, in the order they are
 // searched:
 //   1. each folder of $AUTOVM_PROFILE_PATH, a colon-separated list (empty entries are skipped);
-//   2. the profiles installed with the running program: share/autovm/profiles beside the folder
-//      that holds the executable (/proc/self/exe, symbolic links resolved), so PREFIX/bin/autovm-plan
-//      reads PREFIX/share/autovm/profiles wherever PREFIX was installed or moved to.
+//   2. the profiles installed with the running program: ../share/autovm/profiles from the folder
+//      that holds the executable (/proc/self/exe, symbolic links resolved), so
+//      PREFIX/bin/autovm-plan reads PREFIX/share/autovm/profiles wherever PREFIX was installed
+//      or moved to.
 // Nothing is found through the tree the program was built in. The build tree mirrors the
 // installed layout instead: build/compiler/driver/autovm-plan finds the copy Meson keeps in
 // build/compiler/share/autovm/profiles (compiler/meson.build).

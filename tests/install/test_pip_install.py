@@ -90,8 +90,8 @@ def main():
                             "--without-pip", venv], capture_output=True, text=True)
         check("python3 -m venv --system-site-packages", r.returncode == 0, r.stderr)
         py = os.path.join(venv, "bin", "python")
-        clean = {k: v for k, v in os.environ.items()
-                 if not k.startswith(("AUTOVM_", "PIP_")) and k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("AUTOVM_", "PIP_"))
+                 and k not in ("PYTHONPATH", "LD_LIBRARY_PATH")}
         clean.update(HOME=tmp, XDG_CONFIG_HOME=os.path.join(tmp, "config"))
         r = subprocess.run([py, "-m", "pip", "install", "--no-index", "--no-build-isolation",
                             "--no-cache-dir", "--disable-pip-version-check", "--quiet", src],

@@ -396,7 +396,8 @@ TEST_CASE("every shipped profile loads, with its default mechanism") {
   CHECK_FALSE(h200.mechanism("staged").duplex);
   CHECK(h200.mechanism("pinned_copy").duplex);
   // A path works too.
-  CHECK(load_device_profile(profile_search_path().front().path + "/h200-pcie.json").name == "h200-pcie");
+  std::string first_folder = profile_search_path().front().path;
+  CHECK(load_device_profile(first_folder + "/h200-pcie.json").name == "h200-pcie");
 }
 
 TEST_CASE("the profile search path: $AUTOVM_PROFILE_PATH's folders, then the installed ones") {
