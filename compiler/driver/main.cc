@@ -130,6 +130,10 @@ exit codes:
      read-only or a directory)
 
 environment:
+  AUTOVM_PROFILE_PATH=DIR[:DIR...]
+                        folders of device profiles (NAME.json) searched by --device NAME
+                        before the installed ones (../share/autovm/profiles from the
+                        folder of this program)
   AUTOVM_THREADS=N      threads for planning's independent trials, 1 to 64 (default: the
                         machine's hardware threads, at most 8); the plan is the same byte
                         for byte whatever their number

@@ -15,13 +15,10 @@
 #include <set>
 #include <sstream>
 
+#include "plan/profile_search.h"
 #include "util/error.h"
 #include "util/json_file.h"
 #include "util/read_file.h"
-
-#ifndef AUTOVM_PROFILE_DIR
-#define AUTOVM_PROFILE_DIR "profiles"
-#endif
 
 namespace autovm {
 
@@ -132,19 +129,14 @@ const Mechanism& DeviceProfile::mechanism(std::string_view wanted) const {
                                             name, wanted, join(names)));
 }
 
-std::string profile_dir() {
-  const char* env = std::getenv("AUTOVM_PROFILE_DIR");
-  if (env != nullptr && *env != '\0') return env;
-  return AUTOVM_PROFILE_DIR;
-}
-
 std::vector<std::string> shipped_profiles() {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(profile_dir(), ec))
-    if (entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
-  std::sort(names.begin(), names.end());
-  return names;
+  std::set<std::string> names;
+  for (const ProfileFolder& folder : profile_search_path()) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(folder.path, ec))
+      if (entry.path().extension() == ".json") names.insert(entry.path().stem().string());
+  }
+  return std::vector<std::string>(names.begin(), names.end());
 }
 
 DeviceProfile load_device_profile(const std::string& name_or_path) {
@@ -152,13 +144,21 @@ DeviceProfile load_device_profile(const std::string& name_or_path) {
                  (name_or_path.size() >= 5 && name_or_path.ends_with(".json"));
   if (is_path) return parse_device_profile(read_text(name_or_path), name_or_path);
 
-  std::vector<std::string> shipped = shipped_profiles();
-  if (std::find(shipped.begin(), shipped.end(), name_or_path) == shipped.end())
+  std::vector<ProfileFolder> folders = profile_search_path();
+  auto found = std::find_if(folders.begin(), folders.end(), [&](const ProfileFolder& f) {
+    return std::filesystem::is_regular_file(f.path + "/" + name_or_path + ".json");
+  });
+  if (found == folders.end()) {
+    std::string looked;
+    for (const ProfileFolder& f : folders) looked += fmt::format("\n  {} ({})", f.path, f.origin);
     throw Error(ErrorKind::usage,
-                fmt::format("unknown device '{}'; the shipped profiles ({}) are: {}; or give the "
-                            "path of a profile JSON file",
-                            name_or_path, profile_dir(), join(shipped)));
-  std::string path = profile_dir() + "/" + name_or_path + ".json";
+                fmt::format("unknown device '{}'; the shipped profiles are: {}; looked for "
+                            "{}.json in:{}\nGive the path of a profile JSON file, or list folders "
+                            "of profiles in AUTOVM_PROFILE_PATH (colon-separated)",
+                            name_or_path, join(shipped_profiles()), name_or_path,
+                            looked.empty() ? " (no folder: set AUTOVM_PROFILE_PATH)" : looked));
+  }
+  std::string path = found->path + "/" + name_or_path + ".json";
   DeviceProfile p = parse_device_profile(read_text(path), path);
   if (p.name != name_or_path)
     throw Error(ErrorKind::usage, fmt::format("device profile '{}': 'name' is '{}' but the file is "

@@ -1,7 +1,8 @@
 // Contract: a device profile: what a GPU and its link to the host can do, as the cost model
 // and the simulator need it. Profiles are JSON files (schemas/device-profile.schema.json);
-// shipped ones live in profiles/ and are found by name. Bandwidths are in GB/s (10^9 bytes per
-// second); fixed costs in microseconds per operation.
+// shipped ones live in profiles/, are installed to share/autovm/profiles and are found by name
+// (plan/profile_search.h). Bandwidths are in GB/s (10^9 bytes per second); fixed costs in
+// microseconds per operation.
 #pragma once
 
 #include <cstdint>
@@ -48,14 +49,13 @@ struct DeviceProfile {
   const Mechanism& mechanism(std::string_view name) const;
 };
 
-// The folder of shipped profiles: $AUTOVM_PROFILE_DIR if set, else the one built in.
-std::string profile_dir();
-// Names of the shipped profiles, sorted.
+// Names of the shipped profiles, sorted: those of every folder of profile_search_path().
 std::vector<std::string> shipped_profiles();
 // `name_or_path`: a shipped profile's name, or a path to a JSON file (contains '/' or ends in
-// .json). Throws Error(usage) for an unknown name (listing the shipped ones) and for a file
-// that is unreadable or does not match the schema (naming the field). Unknown fields are errors;
-// a shipped profile's "name" must be its file name.
+// .json). A name is NAME.json in the first folder of profile_search_path() that has it.
+// Throws Error(usage) for an unknown name (listing the shipped ones and the folders searched)
+// and for a file that is unreadable or does not match the schema (naming the field). Unknown
+// fields are errors; a shipped profile's "name" must be its file name.
 DeviceProfile load_device_profile(const std::string& name_or_path);
 DeviceProfile parse_device_profile(const std::string& json_text, const std::string& origin);
 

@@ -10,9 +10,9 @@ The budget is what PyTorch may hold: plan() plans under it less PyTorch's modell
 over AutoVM's graph, moving activations only. Data-parallel: autovm.plan(ddp_model, ...,
 data_parallel=True) and autovm.attach(ddp_model, ...), one plan per rank (README.md).
 
-Put <repo>/python on sys.path; nothing to install. autovm-plan is found through $AUTOVM_PLAN or
-<repo>/build/compiler/driver/autovm-plan, libautovm through $AUTOVM_LIB or
-<repo>/build/runtime/libautovm.so.
+Install with `pip install ./python` (README.md, "Install"); autovm-plan and libautovm are found
+through the argument, $AUTOVM_PLAN / $AUTOVM_LIB, the configuration file, PATH and the loader,
+in the order autovm/locate.py documents.
 """
 from .adapter import Attachment, Stats, attach, onnx_scope
 from .errors import (AutoVMError, BatchMismatchError, HookOrderError, LibraryError,

@@ -7,6 +7,7 @@ LibraryError with the function's name and autovm_last_error().
 import ctypes
 import os
 
+from . import locate
 from .errors import LibraryError, ToolNotFoundError
 
 API_VERSION = 1  # AUTOVM_API_VERSION of the header this binding follows
@@ -51,21 +52,9 @@ class PoolStats(ctypes.Structure):
         "failed_allocations", "last_failed_bytes", "released_bytes")]
 
 
-def repo_root():
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
 def library_path(path=None):
-    """Where libautovm is: `path`, else $AUTOVM_LIB, else <repo>/build/runtime/libautovm.so."""
-    if path:
-        return path, "the path given"
-    if os.environ.get("AUTOVM_LIB"):
-        return os.environ["AUTOVM_LIB"], "$AUTOVM_LIB"
-    base = os.path.join(repo_root(), "build", "runtime")
-    for name in ("libautovm.so", "libautovm.so.1"):
-        if os.path.exists(os.path.join(base, name)):
-            return os.path.join(base, name), "the repository's build"
-    return os.path.join(base, "libautovm.so"), "the repository's build"
+    """(libautovm's path, how it was found): `path`, else the search of autovm/locate.py."""
+    return locate.library(path)
 
 
 _loaded = {}
@@ -123,11 +112,7 @@ class Library:
 
     @staticmethod
     def get(path=None):
-        path, where = library_path(path)
-        if not os.path.exists(path):
-            raise ToolNotFoundError(
-                f"libautovm not found at {path} ({where}). Build it (meson setup build && "
-                "ninja -C build) or set $AUTOVM_LIB to libautovm.so")
+        path, _ = library_path(path)
         key = os.path.realpath(path)
         if key not in _loaded:
             _loaded[key] = Library(path)

@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 import warnings
 
-from . import _lib
+from . import _lib, locate
 from .errors import OptimizerMismatchError, PlannerError, ToolNotFoundError
 from .planfile import Plan
 from .planfile import pytorch_margin as pytorch_margin_of
@@ -26,19 +26,8 @@ EXIT_CODES = {1: "internal error", 2: "bad usage", 3: "model file missing or unr
 
 
 def planner_path(path=None):
-    """Where autovm-plan is: `path`, else $AUTOVM_PLAN, else <repo>/build/compiler/driver/."""
-    where = "the path given"
-    if not path:
-        path, where = os.environ.get("AUTOVM_PLAN"), "$AUTOVM_PLAN"
-    if not path:
-        path = os.path.join(_lib.repo_root(), "build", "compiler", "driver", "autovm-plan")
-        where = "the repository's build"
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        raise ToolNotFoundError(
-            f"autovm-plan not found at {path} ({where}). Build it (meson setup build && ninja -C "
-            "build) or set $AUTOVM_PLAN. On a machine without it, make the plan elsewhere and "
-            "use autovm.load_plan(FILE)")
-    return path
+    """autovm-plan's path: `path`, else the search of autovm/locate.py."""
+    return locate.planner(path)[0]
 
 
 def optimizer_kind(optimizer):

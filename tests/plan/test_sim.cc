@@ -20,6 +20,7 @@
 #include "plan/baselines.h"
 #include "plan/cost_model.h"
 #include "plan/device_profile.h"
+#include "plan/profile_search.h"
 #include "plan/simulator.h"
 #include "util/error.h"
 
@@ -366,6 +367,14 @@ TEST_CASE("an unknown device lists the shipped profiles; an unreadable path is n
   CHECK(contains(e, "unknown device 'gtx-9000'"));
   CHECK(contains(e, "h200-pcie"));
   CHECK(contains(e, "rtx3070-8gb"));
+  // Where it looked: the test's $AUTOVM_PROFILE_PATH (tests/plan/meson.build), then beside the
+  // test binary.
+  for (const ProfileFolder& f : profile_search_path()) {
+    CAPTURE(f.path);
+    CHECK(contains(e, f.path + " (" + f.origin + ")"));
+  }
+  CHECK(contains(e, "($AUTOVM_PROFILE_PATH)"));
+  CHECK(contains(e, "(beside "));
   std::string missing = error_of([] { load_device_profile("/nonexistent/x.json"); });
   CHECK(contains(missing, "cannot read device profile '/nonexistent/x.json'"));
 }
@@ -387,18 +396,45 @@ TEST_CASE("every shipped profile loads, with its default mechanism") {
   CHECK_FALSE(h200.mechanism("staged").duplex);
   CHECK(h200.mechanism("pinned_copy").duplex);
   // A path works too.
-  CHECK(load_device_profile(profile_dir() + "/h200-pcie.json").name == "h200-pcie");
+  std::string first_folder = profile_search_path().front().path;
+  CHECK(load_device_profile(first_folder + "/h200-pcie.json").name == "h200-pcie");
 }
 
-TEST_CASE("AUTOVM_PROFILE_DIR overrides the built-in folder") {
-  TempDir dir;
-  dir.write("test.json", kTestProfile);
-  std::string before = profile_dir();
-  setenv("AUTOVM_PROFILE_DIR", dir.path.c_str(), 1);
-  CHECK(shipped_profiles() == std::vector<std::string>{"test"});
-  CHECK(load_device_profile("test").name == "test");
-  unsetenv("AUTOVM_PROFILE_DIR");
-  CHECK(profile_dir() == before);
+TEST_CASE("the profile search path: $AUTOVM_PROFILE_PATH's folders, then the installed ones") {
+  std::vector<ProfileFolder> folders = profile_search_path("/a::/b:", "/opt/x/bin/autovm-plan");
+  REQUIRE(folders.size() == 3);
+  CHECK(folders[0].path == "/a");
+  CHECK(folders[0].origin == "$AUTOVM_PROFILE_PATH");
+  CHECK(folders[1].path == "/b");
+  CHECK(folders[2].path == "/opt/x/share/autovm/profiles");
+  CHECK(folders[2].origin == "beside /opt/x/bin/autovm-plan");
+  CHECK(profile_search_path("", "/usr/bin/autovm-plan").size() == 1);
+  CHECK(profile_search_path(nullptr, "").empty());
+  CHECK(running_executable().ends_with("/test_plan_sim"));
+}
+
+TEST_CASE("AUTOVM_PROFILE_PATH: the first folder with NAME.json wins; names are the union") {
+  TempDir first, second;
+  first.write("test.json", kTestProfile);
+  json other = json::parse(kTestProfile);
+  other["description"] = "the second folder's";
+  second.write("test.json", other.dump());
+  other["name"] = "other";
+  second.write("other.json", other.dump());
+
+  const char* was = std::getenv("AUTOVM_PROFILE_PATH");
+  std::string before = was ? was : "";
+  setenv("AUTOVM_PROFILE_PATH", (first.path.string() + ":" + second.path.string()).c_str(), 1);
+  // The test binary has no profiles installed beside it: only the two folders count.
+  CHECK(shipped_profiles() == std::vector<std::string>{"other", "test"});
+  CHECK(load_device_profile("test").description == "round numbers");
+  CHECK(load_device_profile("other").description == "the second folder's");
+  std::string e = error_of([] { load_device_profile("h200-pcie"); });
+  CHECK(contains(e, "the shipped profiles are: other, test"));
+  CHECK(contains(e, first.path.string() + " ($AUTOVM_PROFILE_PATH)"));
+  CHECK(contains(e, second.path.string() + " ($AUTOVM_PROFILE_PATH)"));
+  if (was) setenv("AUTOVM_PROFILE_PATH", before.c_str(), 1);
+  else unsetenv("AUTOVM_PROFILE_PATH");
 }
 
 // ---- Cost model -------------------------------------------------------------------------------
