@@ -8,6 +8,7 @@
 
 #include "plan/baselines.h"
 #include "plan/gaps.h"
+#include "plan/residency.h"
 #include "plan/simulator.h"
 #include "util/error.h"
 #include "util/size.h"
@@ -32,31 +33,10 @@ struct Choice {
 // again just before step `at` to regenerate a tensor, in dependency (step) order. Their inputs
 // and outputs that are live at `at` stay resident there (pins); those whose lifetime has ended
 // are regenerated as temporaries, resident at `at` only.
-struct Chain {
-  StepIndex at = 0;
-  std::vector<StepIndex> steps;
-  std::vector<TensorId> temporaries;  // new at `at` (not made there by an earlier chain)
+struct Chain : RecomputeChain {
   std::vector<TensorId> pins;
-  double cost_us = 0;                 // compute of the steps not already run at `at`
-  int64_t temporary_bytes = 0;
+  double cost_us = 0;  // compute of the steps not already run at `at`
 };
-
-constexpr size_t kMaxChainSteps = 12;
-
-// The forward step a recompute chain may run again to make x (docs/execution-model.md,
-// "Recompute chains"), or null: x is persistent, an input or a label, or its producer may not
-// run again (plan/recompute_ops.h) or updates x in place.
-const Step* rerunnable_producer(const TrainingGraph& g, const std::vector<Lifetime>& life,
-                                const RecomputeOps& ops, TensorId x) {
-  const Lifetime& l = life[size_t(x)];
-  const TensorKind kind = g.tensor(x).kind;
-  if (l.persistent || kind == TensorKind::input || kind == TensorKind::label) return nullptr;
-  const Step& p = g.step(l.first);
-  if (!may_rerun(p, ops)) return nullptr;
-  if (std::find(p.outputs.begin(), p.outputs.end(), x) == p.outputs.end()) return nullptr;
-  if (std::find(p.inputs.begin(), p.inputs.end(), x) != p.inputs.end()) return nullptr;
-  return &p;
-}
 
 // Link time left in each step's compute window, for transfers to hide behind (one per
 // direction; one shared when the mechanism is not duplex). Range sums by a Fenwick tree; a
@@ -125,8 +105,7 @@ class Selector {
     in_base_.assign(g.tensors.size(), false);
     for (const Action& a : base) {
       in_base_[size_t(a.tensor)] = true;
-      const Lifetime& l = life[size_t(a.tensor)];
-      if (a.kind == ActionKind::recompute && !l.persistent && a.ready_before_step > l.last)
+      if (is_chain_temporary(a, life))
         temporary_bytes_at_[size_t(a.ready_before_step)] += g.tensor(a.tensor).bytes;
       if (a.kind == ActionKind::recompute)
         for (TensorId in : g.step(a.source_step).inputs) {
@@ -226,38 +205,15 @@ class Selector {
     return at > s ? at : -1;
   }
 
-  // Tensor y, touched by a chain step at `at`: live there (it must stay resident: a pin), or
-  // dead (a temporary, made by its own producer when `produce`). False when neither works.
-  bool need(TensorId y, bool produce, Chain& c) const {
-    const Lifetime& l = life_[size_t(y)];
-    if (g_.tensor(y).bytes == 0) return true;
-    if (l.persistent || (l.first <= c.at && c.at <= l.last)) {
-      if (in_base_[size_t(y)] || is_off(y, c.at)) return false;
-      c.pins.push_back(y);
-      return true;
-    }
-    if (l.first > c.at || !opts_.movable.has(g_.tensor(y).kind)) return false;
-    if (temporaries_at_[size_t(c.at)].count(y)) return true;  // an earlier chain's
-    if (std::find(c.temporaries.begin(), c.temporaries.end(), y) != c.temporaries.end()) return true;
-    c.temporaries.push_back(y);
-    c.temporary_bytes += g_.tensor(y).bytes;
-    return !produce || add_producer(y, c);
-  }
-
-  // Adds the producer of x (and, recursively, of its dead inputs) to the chain.
-  bool add_producer(TensorId x, Chain& c) const {
-    const Step* producer = rerunnable_producer(g_, life_, opts_.recompute_ops, x);
-    if (!producer) return false;
-    const Step& p = *producer;
-    if (std::find(c.steps.begin(), c.steps.end(), p.id) != c.steps.end()) return true;
-    if (c.steps.size() >= kMaxChainSteps) return false;
-    c.steps.push_back(p.id);
-    for (TensorId o : p.outputs)
-      if (o != x && !need(o, false, c)) return false;
-    for (TensorId in : p.inputs)
-      if (!need(in, true, c)) return false;
+  // The chain rules (residency.h, ChainBuilder): a live tensor stays resident where the
+  // chain runs (a pin), unless a base action or an earlier choice has it off there.
+  friend class ChainBuilder<Selector, Chain>;
+  bool live(TensorId y, bool, Chain& c) const {
+    if (in_base_[size_t(y)] || is_off(y, c.at)) return false;
+    c.pins.push_back(y);
     return true;
   }
+  bool earlier_temporary(TensorId y, StepIndex at) const { return temporaries_at_[size_t(at)].count(y) > 0; }
 
   // The chain that regenerates the gap's tensor before step `at`, if one can run there.
   bool chain(const Gap& gp, StepIndex at, Chain& c) const {
@@ -273,7 +229,7 @@ class Selector {
     if (floor_[size_t(at)] > opts_.budget_bytes) return false;
     for (StepIndex s = at; s < gp.before; ++s)
       if (floor_[size_t(s)] + bytes > opts_.budget_bytes) return false;
-    if (!add_producer(gp.tensor, c)) return false;
+    if (!builder_.add_producer(gp.tensor, c)) return false;
     std::sort(c.steps.begin(), c.steps.end());
     const std::set<StepIndex>& ran = ran_at_[size_t(at)];
     for (StepIndex q : c.steps)
@@ -295,7 +251,7 @@ class Selector {
   int64_t temporaries_beyond(StepIndex at, int64_t more) const {
     if (opts_.temporaries_beside_step) return more;
     const int64_t now = temporary_bytes_at_[size_t(at)], room = allocated_[size_t(at)];
-    return std::max<int64_t>(0, now + more - room) - std::max<int64_t>(0, now - room);
+    return moment_before_excess(now + more, room) - moment_before_excess(now, room);
   }
 
   // Whether y already counts in floor_[at]: used there, of a kind that may not move and live
@@ -543,6 +499,7 @@ class Selector {
   std::vector<StepIndex> prev_over_;  // last over-budget step <= s (-1 if none)
   bool over_changed_ = true;          // whether a step went over or under since they were made
   StepIndex stuck_step_ = -1;
+  ChainBuilder<Selector, Chain> builder_{g_, life_, opts_.recompute_ops, opts_.movable, *this};
   mutable Chain scratch_;  // pick's chain under evaluation
   Chain best_chain_;       // the picked option's chain, when it recomputes
 };
@@ -571,11 +528,6 @@ std::vector<Action> to_actions(const TrainingGraph& g, const std::vector<Lifetim
   return actions;
 }
 
-// A recompute whose step lies after its tensor's lifetime: a chain temporary.
-bool is_temporary(const Action& a, const std::vector<Lifetime>& life) {
-  const Lifetime& l = life[size_t(a.tensor)];
-  return a.kind == ActionKind::recompute && !l.persistent && a.ready_before_step > l.last;
-}
 
 // A discard/recompute pair the budget does not need (the tensor fits over its whole off
 // interval) only costs compute: drop it, the costliest first. Pairs whose chain made
@@ -591,12 +543,12 @@ void drop_unneeded_recomputes(const TrainingGraph& g, const std::vector<Lifetime
     if (a.kind == ActionKind::discard) discards[size_t(a.tensor)].push_back(i);
     if (a.kind != ActionKind::recompute) continue;
     for (TensorId in : g.step(a.source_step).inputs) consumers[size_t(in)].push_back(i);
-    if (is_temporary(a, life)) temporaries.insert({a.tensor, a.ready_before_step});
+    if (is_chain_temporary(a, life)) temporaries.insert({a.tensor, a.ready_before_step});
   }
   std::vector<std::pair<size_t, size_t>> pairs;  // (discard, recompute)
   for (size_t r = 0; r < actions.size(); ++r) {
     const Action& a = actions[r];
-    if (a.kind != ActionKind::recompute || is_temporary(a, life)) continue;
+    if (a.kind != ActionKind::recompute || is_chain_temporary(a, life)) continue;
     bool chained = false;
     for (TensorId in : g.step(a.source_step).inputs)
       chained |= temporaries.count({in, a.ready_before_step}) > 0;
@@ -875,70 +827,8 @@ double postpone_for_evictions(const TrainingGraph& g, const std::vector<Lifetime
 
 namespace {
 
-// regenerate_moved's view of the actions: each tensor's actions, and residency at one step.
-class Residency {
- public:
-  Residency(const TrainingGraph& g, const std::vector<Lifetime>& life, const std::vector<Action>& actions)
-      : g_(g), life_(life), actions_(actions), of_(g.tensors.size()) {
-    for (size_t i = 0; i < actions.size(); ++i) of_[size_t(actions[i].tensor)].push_back(i);
-  }
-  const std::vector<size_t>& of(TensorId y) const { return of_[size_t(y)]; }
-
-  // Whether y is resident at step t (resident_bytes's rules for one tensor).
-  bool on(TensorId y, StepIndex t) const {
-    const Lifetime& l = life_[size_t(y)];
-    std::vector<std::pair<StepIndex, bool>> changes;  // (step, on)
-    for (size_t i : of_[size_t(y)]) {
-      const Action& a = actions_[i];
-      if (a.kind == ActionKind::recompute && !l.persistent && a.ready_before_step > l.last) {
-        if (a.ready_before_step == t) return true;  // a chain temporary at t
-        continue;
-      }
-      switch (a.kind) {
-        case ActionKind::evict: changes.push_back({a.ready_before_step, false}); break;
-        case ActionKind::discard: changes.push_back({a.after_step + 1, false}); break;
-        case ActionKind::prefetch: changes.push_back({a.after_step + 1, true}); break;
-        case ActionKind::recompute: changes.push_back({a.ready_before_step, true}); break;
-        case ActionKind::advise: break;
-      }
-    }
-    if (!l.persistent && (t < l.first || t > l.last)) return false;
-    if (changes.empty()) return true;
-    std::stable_sort(changes.begin(), changes.end(), [](const auto& a, const auto& b) {
-      return a.first != b.first ? a.first < b.first : (!a.second && b.second);
-    });
-    bool is_on = !changes.front().second;
-    for (const auto& [at, turns_on] : changes) {
-      if (at > t) break;
-      is_on = turns_on;
-    }
-    return is_on;
-  }
-
-  // A chain temporary of y made at t by an existing recompute.
-  bool temporary_at(TensorId y, StepIndex t) const {
-    const Lifetime& l = life_[size_t(y)];
-    for (size_t i : of_[size_t(y)]) {
-      const Action& a = actions_[i];
-      if (a.kind == ActionKind::recompute && !l.persistent && a.ready_before_step > l.last &&
-          a.ready_before_step == t)
-        return true;
-    }
-    return false;
-  }
-
- private:
-  const TrainingGraph& g_;
-  const std::vector<Lifetime>& life_;
-  const std::vector<Action>& actions_;
-  std::vector<std::vector<size_t>> of_;
-};
-
 // A recompute chain at step `at` under the current actions (regenerate_moved).
-struct Regeneration {
-  StepIndex at = 0;
-  std::vector<StepIndex> steps;
-  std::vector<TensorId> temporaries;
+struct MovedRegeneration : RecomputeChain {
   std::vector<size_t> fetches;  // prefetches brought forward to be ready at `at`
   std::vector<size_t> relocated;  // recomputes brought forward to `at` (their chain with them)
 };
@@ -950,43 +840,25 @@ class Regenerator {
       : g_(g), life_(life), movable_(movable), ops_(ops), actions_(actions),
         res_(g, life, actions) {}
 
-  const Residency& residency() const { return res_; }
+  const TensorResidency& residency() const { return res_; }
 
-  bool chain(TensorId x, Regeneration& r) const { return add_producer(x, r); }
+  bool chain(TensorId x, MovedRegeneration& r) const { return builder_.add_producer(x, r); }
 
  private:
-  bool add_producer(TensorId x, Regeneration& r) const {
-    const Step* producer = rerunnable_producer(g_, life_, ops_, x);
-    if (!producer) return false;
-    const Step& p = *producer;
-    if (std::find(r.steps.begin(), r.steps.end(), p.id) != r.steps.end()) return true;
-    if (r.steps.size() >= kMaxChainSteps) return false;
-    r.steps.push_back(p.id);
-    for (TensorId o : p.outputs)
-      if (o != x && !need(o, false, r)) return false;
-    for (TensorId in : p.inputs)
-      if (!need(in, true, r)) return false;
-    return true;
+  // The chain rules (residency.h, ChainBuilder): a live tensor resident at r.at is read
+  // there; an input that is off is brought back by its prefetch or by a recompute brought
+  // forward; a live output that is off would be rewritten while it is off: no chain.
+  friend class ChainBuilder<Regenerator, MovedRegeneration>;
+  bool live(TensorId y, bool produce, MovedRegeneration& r) const {
+    if (res_.on(y, r.at)) return true;
+    if (!produce) return false;
+    return bring_back(y, r) || recompute_earlier(y, r);
   }
-
-  bool need(TensorId y, bool produce, Regeneration& r) const {
-    if (g_.tensor(y).bytes == 0) return true;
-    const Lifetime& l = life_[size_t(y)];
-    if (l.persistent || (l.first <= r.at && r.at <= l.last)) {
-      if (res_.on(y, r.at)) return true;
-      if (!produce) return false;  // a live output the chain would rewrite while it is off
-      return bring_back(y, r) || recompute_earlier(y, r);
-    }
-    if (l.first > r.at || !movable_.has(g_.tensor(y).kind)) return false;
-    if (res_.temporary_at(y, r.at)) return true;  // an earlier chain's
-    if (std::find(r.temporaries.begin(), r.temporaries.end(), y) != r.temporaries.end()) return true;
-    r.temporaries.push_back(y);
-    return !produce || add_producer(y, r);
-  }
+  bool earlier_temporary(TensorId y, StepIndex at) const { return res_.temporary_at(y, at); }
 
   // y is discarded and off at r.at, regenerated by a recompute due at a later step: that
   // recompute is brought forward to r.at, with y's producer (and its dead inputs) in the chain.
-  bool recompute_earlier(TensorId y, Regeneration& r) const {
+  bool recompute_earlier(TensorId y, MovedRegeneration& r) const {
     size_t rec = actions_.size();
     StepIndex off_from = -1;
     for (size_t i : res_.of(y)) {
@@ -1009,12 +881,12 @@ class Regenerator {
     for (size_t i : res_.of(y))  // the off interval starts with a discard
       if (actions_[i].kind == ActionKind::evict && actions_[i].ready_before_step == off_from) return false;
     if (std::find(r.relocated.begin(), r.relocated.end(), rec) == r.relocated.end()) r.relocated.push_back(rec);
-    return add_producer(y, r);
+    return builder_.add_producer(y, r);
   }
 
   // y is moved and off at r.at: its prefetch that ends that off interval, issued no later than
   // r.at - 1 and due at r.at, when the off interval keeps a step.
-  bool bring_back(TensorId y, Regeneration& r) const {
+  bool bring_back(TensorId y, MovedRegeneration& r) const {
     size_t fetch = actions_.size();
     StepIndex off_from = -1;  // the evict's deadline before it (-1: none, kept on the host)
     for (size_t i : res_.of(y)) {
@@ -1047,12 +919,13 @@ class Regenerator {
   MovableKinds movable_;
   RecomputeOps ops_;
   const std::vector<Action>& actions_;
-  Residency res_;
+  TensorResidency res_;
+  ChainBuilder<Regenerator, MovedRegeneration> builder_{g_, life_, ops_, movable_, *this};
 };
 
 // The evict/prefetch pair of `i` (a transfer of a non-persistent tensor): {evict, prefetch}, or
 // {n, n} when it has none.
-std::pair<size_t, size_t> moved_pair(const std::vector<Action>& actions, const Residency& res, size_t i) {
+std::pair<size_t, size_t> moved_pair(const std::vector<Action>& actions, const TensorResidency& res, size_t i) {
   const size_t none = actions.size();
   const Action& a = actions[i];
   size_t other = none;
@@ -1079,7 +952,7 @@ void prune_temporaries(const TrainingGraph& g, const std::vector<Lifetime>& life
     dropped = false;
     for (size_t i = 0; i < actions.size() && !dropped; ++i) {
       const Action& a = actions[i];
-      if (!is_temporary(a, life) || !steps.count(a.ready_before_step)) continue;
+      if (!is_chain_temporary(a, life) || !steps.count(a.ready_before_step)) continue;
       bool read = false;
       for (const Action& b : actions)
         if (b.kind == ActionKind::recompute && b.ready_before_step == a.ready_before_step) {
@@ -1164,7 +1037,7 @@ int drop_unread_regenerations(const TrainingGraph& g, const std::vector<Lifetime
   int dropped = 0;
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& r = actions[i];
-    if (r.kind != ActionKind::recompute || is_temporary(r, life)) continue;
+    if (r.kind != ActionKind::recompute || is_chain_temporary(r, life)) continue;
     const TensorId x = r.tensor;
     const StepIndex t = r.ready_before_step;
     const Lifetime& l = life[size_t(x)];
@@ -1219,7 +1092,7 @@ double regenerate_moved(const TrainingGraph& g, const std::vector<Lifetime>& lif
   while (improved && left > 0) {
     improved = false;
     Regenerator regen(g, life, movable, recompute_ops, actions);
-    const Residency& res = regen.residency();
+    const TensorResidency& res = regen.residency();
     const std::vector<std::pair<TensorId, StepIndex>> reads = recompute_reads(g, actions);
     for (const auto& [stall, l] : stalled_transfers(g, actions, sim)) {
       // The late transfer, then those that held it up on its queue, the largest first.
@@ -1257,7 +1130,7 @@ double regenerate_moved(const TrainingGraph& g, const std::vector<Lifetime>& lif
         // `earlier_steps` steps before t (x then resident from there): the first that fits.
         bool counted = false;  // the trials' resident bytes count as one simulation
         for (StepIndex at = t; at >= std::max(u + 2, t - earlier_steps) && left > 0; --at) {
-          Regeneration r;
+          MovedRegeneration r;
           r.at = at;
           if (!regen.chain(x, r)) continue;
           if (!counted) --left;
