@@ -91,8 +91,8 @@ class Selector {
  public:
   Selector(const TrainingGraph& g, const std::vector<Lifetime>& life,
            const std::vector<double>& compute_us, const Mechanism& mech, const SwapOptions& o,
-           const std::vector<Action>& base)
-      : g_(g), life_(life), compute_(compute_us), mech_(mech), opts_(o),
+           const SelectionHints& hints, const std::vector<Action>& base)
+      : g_(g), life_(life), compute_(compute_us), mech_(mech), opts_(o), hints_(hints),
         n_(g.step_count()), to_host_(compute_us),
         to_device_(compute_us), unavoidable_(unavoidable_bytes(g, life, o.movable)),
         floor_(unavoidable_), allocated_(step_allocations(g, life)),
@@ -118,7 +118,7 @@ class Selector {
       if (in_base_[size_t(gp.tensor)]) continue;
       gaps_.push_back(gp);
       bool last = false, move_only = false;
-      for (const SwapOptions::Ban& b : o.last_resort)
+      for (const SelectionHints::Ban& b : hints.last_resort)
         if (b.matches(gp)) (b.move_only ? move_only : last) = true;
       last_resort_.push_back(last);
       move_only_.push_back(move_only);
@@ -249,7 +249,7 @@ class Selector {
   // What `more` bytes of chain temporaries before step `at` add to its resident bytes: the
   // moment before `at` holds them and not what `at` allocates (resident_bytes, baselines.h).
   int64_t temporaries_beyond(StepIndex at, int64_t more) const {
-    if (opts_.temporaries_beside_step) return more;
+    if (hints_.temporaries_beside_step) return more;
     const int64_t now = temporary_bytes_at_[size_t(at)], room = allocated_[size_t(at)];
     return moment_before_excess(now + more, room) - moment_before_excess(now, room);
   }
@@ -469,6 +469,7 @@ class Selector {
   const std::vector<double>& compute_;
   const Mechanism& mech_;
   const SwapOptions& opts_;
+  const SelectionHints& hints_;
   StepIndex n_;
   LinkLoad to_host_, to_device_;  // to_host_ is the shared queue when not duplex
   std::vector<int64_t> unavoidable_;
@@ -488,7 +489,7 @@ class Selector {
   std::vector<int64_t> bytes_;
   std::vector<double> out_us_, in_us_;
   std::vector<StepIndex> producer_;
-  std::vector<bool> last_resort_;  // SwapOptions::last_resort
+  std::vector<bool> last_resort_;  // SelectionHints::last_resort
   std::vector<bool> move_only_;
   std::vector<bool> in_base_;
   std::vector<std::vector<Choice>> off_;       // chosen windows by tensor
@@ -532,9 +533,10 @@ std::vector<Action> to_actions(const TrainingGraph& g, const std::vector<Lifetim
 
 std::vector<Action> plan_swaps(const TrainingGraph& g, const std::vector<Lifetime>& life,
                                const std::vector<double>& compute_us, const Mechanism& mech,
-                               const SwapOptions& o, std::vector<Action> base) {
+                               const SwapOptions& o, std::vector<Action> base,
+                               const SelectionHints& hints) {
   check_budget_feasible(g, life, o.budget_bytes, o.movable);
-  Selector selector(g, life, compute_us, mech, o, base);
+  Selector selector(g, life, compute_us, mech, o, hints, base);
   std::vector<Choice> chosen;
   if (!selector.run(chosen))
     throw Error(ErrorKind::infeasible,

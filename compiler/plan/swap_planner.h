@@ -27,7 +27,7 @@
 //                             to its chain. The chain's live inputs and outputs stay resident
 //                             there (pins); its dead ones are temporaries, counted in the
 //                             moment before that step (or, with
-//                             SwapOptions::temporaries_beside_step, on top of the step).
+//                             SelectionHints::temporaries_beside_step, on top of the step).
 //              A chain is offered only when its temporaries, its pins and the tensor it
 //              regenerates fit beside what those steps must hold already (their unavoidable
 //              bytes and earlier chains' pins, temporaries and regenerated tensors): else a
@@ -37,7 +37,7 @@
 //              around the gap after earlier choices (one link when not duplex), plus
 //              SwapOptions::link_weight of its link time. The least cost per byte of s's
 //              excess cleared wins (the larger on a tie). Gaps named in
-//              SwapOptions::last_resort are considered only when no other gap relieves s (or,
+//              SelectionHints::last_resort are considered only when no other gap relieves s (or,
 //              move_only, never regenerated).
 //   2. widen   plan/passes/widen.h: drop recompute pairs the budget does not need, give
 //              transfers the most time the budget allows.
@@ -69,16 +69,21 @@ struct SwapOptions {
   // the link is shared and the hiding estimate is optimistic (copy streams run in issue
   // order), so a hidden transfer is not free next to a recompute.
   double link_weight = 0.1;
+};
+
+// How the search (plan/search.h) steers the selection: not part of a plan's options, and empty
+// (the execution model's counting, no last resorts) outside the search.
+struct SelectionHints {
   // Count a chain's temporaries on top of everything its step holds, as if the chain ran
   // during the step, instead of in the moment before it (docs/execution-model.md), where what
   // the step allocates is not there yet. Stricter than the execution model, so every plan it
   // gives is valid; the greedy then takes fewer chains and moves more, which some models at
   // their least budget run faster with (docs/planner.md). The search tries both.
   bool temporaries_beside_step = false;
-  // Gaps select takes only when no other gap can relieve the step (plan/ban_search.h): a gap
-  // of `tensor` that starts after step `after` or ends before step `before` (-2: that end not
-  // matched).
-  // With move_only, the gap is not a last resort but may not be regenerated: only moved.
+  // Gaps the selection takes only when no other gap can relieve the step (plan/ban_search.h):
+  // a gap of `tensor` that starts after step `after` or ends before step `before` (-2: that
+  // end not matched). With move_only, the gap is not a last resort but may not be
+  // regenerated: only moved.
   struct Ban {
     TensorId tensor = kNoTensor;
     StepIndex after = -2;
@@ -97,6 +102,7 @@ struct SwapOptions {
 // need. Returns base and new actions together. Base actions must name movable kinds only.
 std::vector<Action> plan_swaps(const TrainingGraph& graph, const std::vector<Lifetime>& life,
                                const std::vector<double>& compute_us, const Mechanism& mechanism,
-                               const SwapOptions& options, std::vector<Action> base = {});
+                               const SwapOptions& options, std::vector<Action> base = {},
+                               const SelectionHints& hints = {});
 
 }  // namespace autovm

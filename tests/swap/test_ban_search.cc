@@ -52,14 +52,15 @@ TEST_CASE("last_resort: a gap is taken only when no other gap relieves the step"
   std::vector<double> times = {10, 10, 10, 10, 10};
   SwapOptions o;
   o.budget_bytes = 210;  // step 3 is 60 B over: a or b leaves; a (the first) on a tie
+  SelectionHints hints;
   CHECK(moved(plan_swaps(g, life, times, slow_link(), o)) == std::vector<TensorId>{0});
   SUBCASE("a's gap (after step 2) last: b leaves") {
-    o.last_resort = {{0, 2, -2, false}};
-    CHECK(moved(plan_swaps(g, life, times, slow_link(), o)) == std::vector<TensorId>{1});
+    hints.last_resort = {{0, 2, -2, false}};
+    CHECK(moved(plan_swaps(g, life, times, slow_link(), o, {}, hints)) == std::vector<TensorId>{1});
   }
   SUBCASE("both last: a again, never infeasible") {
-    o.last_resort = {{0, 2, -2, false}, {1, -2, 4, false}};
-    CHECK(moved(plan_swaps(g, life, times, slow_link(), o)) == std::vector<TensorId>{0});
+    hints.last_resort = {{0, 2, -2, false}, {1, -2, 4, false}};
+    CHECK(moved(plan_swaps(g, life, times, slow_link(), o, {}, hints)) == std::vector<TensorId>{0});
   }
 }
 
@@ -69,8 +70,9 @@ TEST_CASE("move_only: a tensor a chain would regenerate is moved instead") {
   std::vector<double> times = {10, 10, 10, 10, 10, 10};
   SwapOptions o;
   o.budget_bytes = 360;
-  o.last_resort = {{2, 2, -2, true}};  // z's gap, after its use at step 2
-  auto actions = plan_swaps(g, life, times, slow_link(), o);
+  SelectionHints hints;
+  hints.last_resort = {{2, 2, -2, true}};  // z's gap, after its use at step 2
+  auto actions = plan_swaps(g, life, times, slow_link(), o, {}, hints);
   for (const Action& a : actions) CHECK(a.kind != ActionKind::recompute);
   CHECK(!moved(actions).empty());
   CHECK(peak(resident_bytes(g, life, actions)) <= 360);
