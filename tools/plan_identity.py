@@ -12,7 +12,8 @@ both binaries and compares the JSON files byte for byte:
 
 A case that a binary refuses (exit status 6: no plan fits) must be refused by the other with the
 same status. Then it times planning: for a sample of the cases, runs alternate between the two
-binaries (base, new, base, new, ...) and the report gives new / base over the summed times.
+binaries (base, new, then new, base the next round, ...) and the report gives new / base over
+the summed CPU times (and wall times).
 
     tools/plan_identity.py generate BIN DIR      plan every case with BIN into DIR
     tools/plan_identity.py compare DIR_A DIR_B   compare two such directories
@@ -64,20 +65,26 @@ def models(chain_dir: str) -> list[tuple[str, str, list[int]]]:
     return out
 
 
-def plan(binary: str, model: str, args: list[str], out: str) -> int:
-    """Runs one plan into `out`; returns the exit status (6: infeasible, recorded in out)."""
+def plan(binary: str, model: str, args: list[str], out: str) -> tuple[int, float]:
+    """Runs one plan into `out`; returns the exit status (6: infeasible, recorded in `out`)
+    and the CPU time (user + system, all threads) the planner took."""
     tmp = out + ".tmp"
-    r = subprocess.run([binary, model, *args, "-o", tmp, "--quiet"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if r.returncode == 0:
+    p = subprocess.Popen([binary, model, *args, "-o", tmp, "--quiet"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    stderr = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    p.stderr.close()
+    cpu = usage.ru_utime + usage.ru_stime
+    if p.returncode == 0:
         os.replace(tmp, out)
     else:
         with open(out, "w") as f:
-            f.write(f"exit {r.returncode}\n")
-        if r.returncode != 6:
-            print(f"{binary} {model} {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}",
+            f.write(f"exit {p.returncode}\n")
+        if p.returncode != 6:
+            print(f"{binary} {model} {' '.join(args)}: exit {p.returncode}: {stderr.strip()}",
                   file=sys.stderr)
-    return r.returncode
+    return p.returncode, cpu
 
 
 def budget_args(budget: str, half_bytes: int) -> list[str]:
@@ -144,22 +151,30 @@ def compare(dir_a: str, dir_b: str) -> bool:
 
 
 def timing(base: str, new: str, repeat: int, max_ratio: float) -> bool:
-    """Alternated runs of a sample: every model at batch 128 at min and 50 %, the chains."""
+    """Alternated runs of a sample: every model at batch 128 at min and 50 %, the 1,000-conv
+    chain at min and 50 %, the 10,000-conv chain at 8GB. Compares CPU time (user + system of
+    the planner's threads: steadier than wall time on a shared machine) and wall time."""
     with tempfile.TemporaryDirectory() as tmp:
-        sample = [(n, m, a) for n, m, a in cases(base, tmp, tmp)
-                  if ("-b128-" in n or n.startswith("chain")) and ("-min-" in n or "-half-" in n)
-                  and n.endswith("-plain")]
-        total = {base: 0.0, new: 0.0}
+        sample = [(n, m, a) for n, m, a in cases(base, tmp, tmp) if n.endswith("-plain") and (
+            ("-b128-" in n and ("-min-" in n or "-half-" in n)) or
+            (n.startswith("chain1000-") and ("-min-" in n or "-half-" in n)) or
+            (n.startswith("chain10000-") and "-8GB-" in n))]
+        cpu = {base: 0.0, new: 0.0}
+        wall = {base: 0.0, new: 0.0}
         out = os.path.join(tmp, "t.json")
-        for _ in range(repeat):
+        for r in range(repeat):
             for _, m, a in sample:
-                for binary in (base, new):
+                # Alternated, and the first of each pair swapped every round.
+                for binary in ((base, new) if r % 2 == 0 else (new, base)):
                     t0 = time.perf_counter()
-                    plan(binary, m, a, out)
-                    total[binary] += time.perf_counter() - t0
-    ratio = total[new] / total[base]
-    print(f"planning time over {len(sample)} cases x {repeat}, alternated: base {total[base]:.2f} s, "
-          f"new {total[new]:.2f} s, new / base = {ratio:.3f}")
+                    _, c = plan(binary, m, a, out)
+                    wall[binary] += time.perf_counter() - t0
+                    cpu[binary] += c
+    ratio = cpu[new] / cpu[base]
+    print(f"planning time over {len(sample)} cases x {repeat} rounds, alternated: "
+          f"CPU base {cpu[base]:.2f} s, new {cpu[new]:.2f} s, new / base = {ratio:.3f}; "
+          f"wall base {wall[base]:.2f} s, new {wall[new]:.2f} s, new / base = "
+          f"{wall[new] / wall[base]:.3f}")
     return ratio <= max_ratio
 
 

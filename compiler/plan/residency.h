@@ -96,11 +96,11 @@ class TensorResidency {
 //
 //   bytes == 0                          nothing to do
 //   live (persistent, or first <= at <= last)
-//                                       the caller's rule (ChainRules::live): kept resident
+//                                       the caller's rule (Rules::live): kept resident
 //                                       (a pin), brought back, or refused
 //   dead, of a movable kind, made before `at`
 //                                       a temporary: one an earlier chain made there
-//                                       (ChainRules::earlier_temporary) or this chain's; an
+//                                       (Rules::earlier_temporary) or this chain's; an
 //                                       input's producer joins the chain, an output does not
 //   otherwise                           no chain
 //

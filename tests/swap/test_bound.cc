@@ -53,7 +53,7 @@ StepBoundTerms window_case_at6(const StepTimeBound& b) {
   CHECK(at6->recompute_us == doctest::Approx(6.1).epsilon(1e-2));  // 61 B of x
   return *at6;
 }
-// The graph of the two cases on recomputes beside a window (bound.h): y (50 B) made by a
+// The graph of the two cases on recomputes beside a window (docs/lower-bound.md): y (50 B) made by a
 // dropout, x (100 B) by a Conv that reads y when `x_reads_y`, read again by the last step with
 // y; fillers u, v, w, r, z (1 B); b (100), q (160), m (120) and k (`k_bytes`).
 //   0: y = Dropout()  1: x = Conv() or Conv(y)  2: b = B()  3: u = U()  4: v = V(u)  5: w = W(v)
@@ -248,7 +248,7 @@ TEST_CASE("the lower bound: a cover of the excess with whole tensors") {
   // there, of which the forced 28 are counted already (+72); its prefetch runs after step 4
   // and before step 6, past step 5's 10 us: at least 90 us there, against the forced 28
   // (+62): 70 + 56 + 72 + 62 = 260 us. Tighter, as the moved bytes are whole tensors no
-  // recompute can make (bound.h, "Moved bytes that no recompute can replace"): the 28 B are at
+  // recompute can make (docs/lower-bound.md, "Moved bytes that no recompute can replace"): the 28 B are at
   // least a or b, 100 B, leaving after step 3 (start(4) >= 40 + 100 = 140) and, off at 4 and
   // 5 alike, back after step 5 before step 6 (100 us, then step 6): the pair (4, 5) gives
   // 140 + 10 + 10 + 110 = 270 us. The best plan: evict a after step 3 (40-140 us), steps 4-5
@@ -295,7 +295,7 @@ TEST_CASE("the lower bound: a pair of steps, departures before one and arrivals 
   // 3-5 (30 us) and the moved bytes due by 6 (a1 at 5, after q's 30 B due at 8: 20 B, then
   // step 5: 30 us): 30; step 6: 10; after it q (30 B, off at 6: r fills the budget) comes back
   // before step 8, then step 8: max(C_>6 = 2, 30 + 1) = 31. 60 + 10 + 30 + 10 + 31 = 141 us.
-  // Windows after a step (bound.h, "Windows" in bound(s)): each q_i cannot be resident at step
+  // Windows after a step (docs/lower-bound.md, "Windows" in bound(s)): each q_i cannot be resident at step
   // 6 (60 + 10 > 60), so all three return in (6, 8], 30 us past step 7's 1: at least 29 us of
   // stalls after step 6. Pair (2, 3): start(2) >= 60, steps 2 and 3 (20 us), then at step 3
   // (E = 50, no recompute: 50 B moved, at best q and a1, the latest due) a1 is back before
@@ -327,7 +327,7 @@ TEST_CASE("the lower bound: a sequence of three steps carries the earliest start
   //   step 4: E(c, e)   step 5: F(a, b, c)
   // a 70 B, b 20, c 40, d 50, e 90; steps of 11, 2, 3, 9, 19 and 16 us (C = 60). Live: 20, 110,
   // 270, 270, 220, 130: over the budget at 2 and 3 (54 B) and 4 (4 B).
-  // Forced (bound.h, Together): c and d leave at 2 (90 B, 56 B of room beside a and e): D(2) =
+  // Forced (docs/lower-bound.md, Together): c and d leave at 2 (90 B, 56 B of room beside a and e): D(2) =
   // 34; c and e arrive at 4 (130 B, room 96): F(4) = 34; a and b at 5 (90 B, room 86): F(5) = 4.
   // C + F = 132. Whole tensors of N (nothing can be made again) cover the excess: 60 B (b and
   // c, or b and 40 B of d or e) at 2 and 3, 20 B at 4.
@@ -424,7 +424,7 @@ TEST_CASE("the lower bound: whole tensors of equal size are each a candidate") {
   // bound(4), fractional: the 80 B leave after step 3: start(4) >= 40 + 80 = 120; c_4 = 10;
   // then the latest-due bytes, a's 50 (due at 7) and 30 of b's (due at 6): max(C_>4 = 120,
   // 30 + C_>=6 = 140, 80 + C_>=7 = 90) = 140: 270 us. But the 80 B are whole tensors that no
-  // recompute can make (bound.h, "Moved bytes that no recompute can replace"): two of a, b, c,
+  // recompute can make (docs/lower-bound.md, "Moved bytes that no recompute can replace"): two of a, b, c,
   // 100 B, at best a and b: start(4) >= 40 + 100 = 140, c_4 = 10, then max(C_>4 = 120, b's
   // 50 B due at 6 + C_>=6 = 50 + 110 = 160, all 100 B due by 7 + C_>=7 = 110) = 160: 310 us,
   // the bound, and the planner's plan (a and b: 100 us before step 4, b back by step 6 past
@@ -528,7 +528,7 @@ TEST_CASE("the lower bound: bound(s) at every over-budget step of a small graph"
   // 10 B fillers f1..f98 (f1 = F(a), fk = F(f(k-1))) and e (1 B) = E(a, f98) at step 99.
   // Live: 100, 110, then a + f(k-1) + fk = 120 at each of steps 2..98, and 111 at step 99. With
   // the budget at 115, steps 2..98 are over it: 97 steps, more than the candidate steps of
-  // bound.h (4 lists of 16, and the steps around forced stalls) can hold. The graph is small
+  // docs/lower-bound.md (4 lists of 16, and the steps around forced stalls) can hold. The graph is small
   // (97 steps x 100 tensors), so bound(s) is worked out at every one of them: each appears once
   // in the explanation, in step order, and none is above the bound.
   TrainingGraph g;
@@ -575,7 +575,7 @@ TEST_CASE("the lower bound: a recompute that cannot run beside a window's transf
   //   Now x's recompute cannot run while y's prefetch is in flight: that is before step 8 or
   //   9 (y's window), with x resident from there until step 10, and x does not fit beside
   //   unavoidable(8) or (9) (221 B). So it adds to the windows term: 60 + 10 + 40 + 30 + 6.1 =
-  //   146.1 us (bound.h, Recomputes beside the windows). bound(7) and the pairs give the same.
+  //   146.1 us (docs/lower-bound.md, Recomputes beside the windows). bound(7) and the pairs give the same.
   // With k of 1 B, x fits at step 9 (r, k and x: 102 B, and y beside them, 152): its
   // recompute before step 9 may run while y's prefetch (issued when step 7 ends) is in flight,
   // and the bound stays 140. A plan takes that: y evicted after step 0 and back from the end of
