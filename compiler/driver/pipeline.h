@@ -1,7 +1,12 @@
 // Contract: the pipeline of passes from a model file to a Plan, in the order data flows:
 //   load_model -> check_supported_ops -> infer_shapes -> build_training_step
-//   -> compute_lifetimes -> compute_timeline -> layout_arena
-// Each pass throws autovm::Error on bad input; the pipeline adds nothing but the order.
+//   -> compute_lifetimes -> compute_timeline -> plan_under_budget -> layout_arena
+// plan_under_budget is the swap planning: step times from the device profile (or measured),
+// the budget (--budget min: the largest unavoidable bytes), and, when the peak exceeds it, the
+// plan search (plan/search.h, docs/planner.md) beside the lower bound (plan/bound.h); then the
+// plan's prediction by the simulator and the baselines'. Each pass throws autovm::Error on bad
+// input (Error(infeasible) when no plan meets the budget); the pipeline adds nothing but the
+// order.
 #pragma once
 
 #include <string>

@@ -17,21 +17,21 @@ bool is_transfer(const Action& a) {
 
 // The gap a transfer moves its tensor over: an evict starts it (after_step is the use before
 // the gap until delay_transfers runs), a prefetch ends it (ready_before_step is the use after).
-SwapOptions::Ban ban_of(const Action& a) {
-  SwapOptions::Ban b;
+SelectionHints::Ban ban_of(const Action& a) {
+  SelectionHints::Ban b;
   b.tensor = a.tensor;
   if (a.kind == ActionKind::evict) b.after = a.after_step;
   else b.before = a.ready_before_step;
   return b;
 }
 
-bool same(const SwapOptions::Ban& x, const SwapOptions::Ban& y) {
+bool same(const SelectionHints::Ban& x, const SelectionHints::Ban& y) {
   return std::tie(x.tensor, x.after, x.before, x.move_only) ==
          std::tie(y.tensor, y.after, y.before, y.move_only);
 }
 
 // The round's suspects (ban_search.h), worst stall first.
-std::vector<SwapOptions::Ban> suspects(const TrainingGraph& g, const std::vector<Action>& actions,
+std::vector<SelectionHints::Ban> suspects(const TrainingGraph& g, const std::vector<Action>& actions,
                                        const SimResult& sim, const Mechanism& mech) {
   const StepIndex n = g.step_count();
   std::vector<size_t> last(size_t(n) + 1, actions.size());
@@ -48,8 +48,8 @@ std::vector<SwapOptions::Ban> suspects(const TrainingGraph& g, const std::vector
   if (end_wait > 0 && last[size_t(n)] < actions.size()) stalled.emplace_back(end_wait, n);
   std::stable_sort(stalled.begin(), stalled.end(),
                    [](const auto& x, const auto& y) { return x.first > y.first; });
-  std::vector<SwapOptions::Ban> out;
-  auto push = [&](const SwapOptions::Ban& b) {
+  std::vector<SelectionHints::Ban> out;
+  auto push = [&](const SelectionHints::Ban& b) {
     if (out.size() < kSuspects &&
         std::none_of(out.begin(), out.end(), [&](const auto& o) { return same(o, b); }))
       out.push_back(b);
@@ -96,7 +96,7 @@ int ban_search(const TrainingGraph& g, const std::vector<Lifetime>& life,
   std::vector<Action> best_plan = candidates[best];
   SwapStrategy best_strategy = strategies[best];
   const std::vector<SwapStrategy> tried = strategies;  // the strategies each trial plans with
-  std::vector<SwapOptions::Ban> bans;
+  std::vector<SelectionHints::Ban> bans;
   bool found = false;
   int plans = 0;
   while (plans < max_plans) {
@@ -109,16 +109,16 @@ int ban_search(const TrainingGraph& g, const std::vector<Lifetime>& life,
     std::vector<SwapStrategy> round_strategies;
     if (!found) round_strategies = tried;
     else round_strategies = {best_strategy};
-    for (const SwapOptions::Ban& suspect : suspects(g, best_plan, sim, mech)) {
+    for (const SelectionHints::Ban& suspect : suspects(g, best_plan, sim, mech)) {
       for (const SwapStrategy& st : round_strategies) {
         if (plans >= max_plans) break;
         SwapStrategy trial = st;
-        trial.options.last_resort = bans;
-        trial.options.last_resort.push_back(suspect);
+        trial.hints.last_resort = bans;
+        trial.hints.last_resort.push_back(suspect);
         ++plans;
         std::vector<Action> actions;
         try {
-          actions = plan_swaps(g, life, compute_us, mech, trial.options, trial.base);
+          actions = plan_swaps(g, life, compute_us, mech, trial.options, trial.base, trial.hints);
         } catch (const Error& e) {
           if (e.kind() != ErrorKind::infeasible) throw;
           continue;
@@ -136,7 +136,7 @@ int ban_search(const TrainingGraph& g, const std::vector<Lifetime>& life,
     best_us = round_us;
     best_plan = std::move(round_plan);
     best_strategy = std::move(round_strategy);
-    bans = best_strategy.options.last_resort;
+    bans = best_strategy.hints.last_resort;
     found = true;
   }
   if (found) {

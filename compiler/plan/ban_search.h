@@ -3,7 +3,7 @@
 // cheapest per byte there; its early choices can leave later steps only transfers that stall
 // (VGG-19 at batch 64 and 75 %: the recompute chain of the first block fills the budget just
 // where the classifier's 411 MB weight would have to start coming back). The search plans
-// again with some gaps made a last resort (SwapOptions::last_resort), so that select takes
+// again with some gaps made a last resort (SelectionHints::last_resort), so that select takes
 // something else where it can: another tensor, another window, a move instead of a chain.
 //
 //   round:   the best plan so far, simulated. Its suspects, worst stall first, at most
@@ -33,8 +33,10 @@
 
 namespace autovm {
 
+// A way of running plan_swaps: its options, hints and base actions.
 struct SwapStrategy {
   SwapOptions options;
+  SelectionHints hints;
   std::vector<Action> base;
 };
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "plan/plan.h"
+#include "plan/residency.h"
 
 namespace autovm {
 
@@ -43,16 +44,6 @@ BaselinePlan baseline_save_on_cpu(const TrainingGraph& g, const std::vector<Life
                                   const std::string& mechanism);
 BaselinePlan baseline_checkpoint(const TrainingGraph& g, const std::vector<Lifetime>& life);
 
-// Resident bytes per step under a list of actions (execution-model.md's residency rules): at
-// each step s the larger of its two moments, s itself and the moment before it, where chain
-// temporaries made before s are and the bytes s allocates (step_allocations, gaps.h) are not
-// yet: resident(s) + max(0, temporaries before s - step_allocations(s)).
-// With `allocated`: step_allocations(g, life), worked out once by a caller that counts many
-// action lists of one graph.
-std::vector<int64_t> resident_bytes(const TrainingGraph& g, const std::vector<Lifetime>& life,
-                                    const std::vector<Action>& actions,
-                                    const std::vector<int64_t>& allocated);
-std::vector<int64_t> resident_bytes(const TrainingGraph& g, const std::vector<Lifetime>& life,
-                                    const std::vector<Action>& actions);
+// Resident bytes under a list of actions: plan/residency.h.
 
 }  // namespace autovm

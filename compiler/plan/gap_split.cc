@@ -70,12 +70,12 @@ namespace {
 SplitPlan plan_split(const TrainingGraph& g, const std::vector<Lifetime>& life,
                      const std::vector<double>& compute_us, const Mechanism& mech,
                      const DeviceProfile& device, const SwapOptions& options,
-                     const GapSplit& split) {
+                     const SelectionHints& hints, const GapSplit& split) {
   SplitPlan p;
   p.step_time_us = std::numeric_limits<double>::infinity();
   std::vector<Lifetime> split_life = split_at(life, split);
   try {
-    p.actions = plan_swaps(g, split_life, compute_us, mech, options);
+    p.actions = plan_swaps(g, split_life, compute_us, mech, options, {}, hints);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::infeasible) throw;
     return p;
@@ -99,7 +99,7 @@ std::vector<SplitPlan> plan_splits(const std::vector<GapSplit>& splits, size_t t
 std::vector<SplitPlan> search_gap_splits(
     const TrainingGraph& g, const std::vector<Lifetime>& life,
     const std::vector<double>& compute_us, const Mechanism& mech, const DeviceProfile& device,
-    const SwapOptions& options, const SplitSearch& search) {
+    const SwapOptions& options, const SelectionHints& hints, const SplitSearch& search) {
   const std::vector<int64_t> unavoidable = unavoidable_bytes(g, life, options.movable);
   std::vector<SplitPlan> kept;
   SplitPlan current;
@@ -107,7 +107,7 @@ std::vector<SplitPlan> search_gap_splits(
   current.step_time_us = std::numeric_limits<double>::infinity();
   for (size_t level = 0; level < search.levels; ++level) {
     auto one = [&](const GapSplit& split) {
-      return plan_split(g, current.life, compute_us, mech, device, options, split);
+      return plan_split(g, current.life, compute_us, mech, device, options, hints, split);
     };
     std::map<TensorId, std::vector<StepIndex>> by_tensor;  // feasible split steps
     for (const GapSplit& s : gap_splits(g, current.life, unavoidable, options.budget_bytes,

@@ -41,9 +41,8 @@ std::vector<GapSplit> gap_splits(const TrainingGraph& graph, const std::vector<L
 std::vector<Lifetime> split_at(std::vector<Lifetime> life, const GapSplit& split);
 
 // The search. Level by level, greedily: at each level every proposed split of the lifetimes
-// the previous level kept (none at first) is planned with `options` (the default select order
-// and link weight won every level on VGG-19 at batch 64-256 and 50-75 %, when each split was
-// planned with all six of pipeline.cc's strategies: 2026-11-30). Of a tensor's feasible steps:
+// the previous level kept (none at first) is planned with `options` and `hints` (the default
+// select order and link weight: docs/planner.md, Gap splits). Of a tensor's feasible steps:
 // every one when `coarse` is 0; else about `coarse` evenly spread (a stride apart, the last
 // too), then the two steps half a stride either side of its fastest so far, a quarter, ...
 // down to one step (the landscape is not smooth: this only samples it). A level's fastest plan,
@@ -70,6 +69,7 @@ struct SplitPlan {
 std::vector<SplitPlan> search_gap_splits(
     const TrainingGraph& graph, const std::vector<Lifetime>& life,
     const std::vector<double>& compute_us, const Mechanism& mechanism,
-    const DeviceProfile& device, const SwapOptions& options, const SplitSearch& search);
+    const DeviceProfile& device, const SwapOptions& options, const SelectionHints& hints,
+    const SplitSearch& search);
 
 }  // namespace autovm

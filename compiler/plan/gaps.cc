@@ -26,22 +26,6 @@ std::vector<Gap> find_gaps(const TrainingGraph& g, const std::vector<Lifetime>& 
   return gaps;
 }
 
-std::vector<int64_t> step_allocations(const TrainingGraph& g, const std::vector<Lifetime>& life) {
-  std::vector<int64_t> out(static_cast<size_t>(g.step_count()), 0);
-  for (const Step& s : g.steps) {
-    int64_t& bytes = out[static_cast<size_t>(s.id)];
-    for (auto it = s.outputs.begin(); it != s.outputs.end(); ++it) {
-      const TensorId o = *it;
-      const Lifetime& l = life[static_cast<size_t>(o)];
-      if (l.persistent || l.first != s.id || std::find(s.outputs.begin(), it, o) != it) continue;
-      if (std::find(s.inputs.begin(), s.inputs.end(), o) != s.inputs.end()) continue;
-      bytes += g.tensor(o).bytes;
-    }
-    if (s.workspace != kNoTensor) bytes += std::max<int64_t>(0, g.tensor(s.workspace).bytes - s.reserve_bytes);
-  }
-  return out;
-}
-
 std::vector<int64_t> unavoidable_bytes(const TrainingGraph& g, const std::vector<Lifetime>& life,
                                        MovableKinds movable) {
   size_t n = static_cast<size_t>(g.step_count());

@@ -41,13 +41,8 @@ std::vector<int64_t> unavoidable_bytes(const TrainingGraph& graph,
                                        const std::vector<Lifetime>& life,
                                        MovableKinds movable = {});
 
-// Bytes each step allocates when it starts running, after the recompute chains before it have
-// run (docs/execution-model.md, "The moment before a step"): its outputs whose lifetime begins
-// there and that it does not read, and its workspace less the trainer's reserve
-// (Step::reserve_bytes, which may be held before the step too). They are resident at the step
-// but not yet at the moment before it, where chain temporaries are.
-std::vector<int64_t> step_allocations(const TrainingGraph& graph,
-                                      const std::vector<Lifetime>& life);
+// What each step allocates as it starts (the moment before a step): plan/residency.h,
+// step_allocations.
 
 // Throws Error(infeasible) when some step's unavoidable bytes exceed the budget: names the step,
 // the tensors it needs (largest first: its working set, then the live tensors of kinds that

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "analysis/arena.h"
@@ -68,6 +69,39 @@ struct Action {
   std::string advice;               // advise: "read_mostly", "preferred_location_host", ...
   double issue_us = 0;              // predicted, from the start of the training step
   double ready_us = 0;
+
+  // Named construction, one per kind (the residency each gives: docs/execution-model.md).
+  static Action evict(TensorId t, int64_t bytes, StepIndex after, StepIndex ready,
+                      std::string mechanism) {
+    return of(ActionKind::evict, t, bytes, after, ready, std::move(mechanism));
+  }
+  static Action prefetch(TensorId t, int64_t bytes, StepIndex after, StepIndex ready,
+                         std::string mechanism) {
+    return of(ActionKind::prefetch, t, bytes, after, ready, std::move(mechanism));
+  }
+  // Off from after + 1.
+  static Action discard(TensorId t, int64_t bytes, StepIndex after) {
+    return of(ActionKind::discard, t, bytes, after, after + 1, "");
+  }
+  // Runs step `source` again just before step `before`.
+  static Action recompute(TensorId t, int64_t bytes, StepIndex source, StepIndex before) {
+    Action a = of(ActionKind::recompute, t, bytes, before - 1, before, "");
+    a.source_step = source;
+    return a;
+  }
+
+ private:
+  static Action of(ActionKind kind, TensorId t, int64_t bytes, StepIndex after,
+                         StepIndex ready, std::string mechanism) {
+    Action a;
+    a.kind = kind;
+    a.tensor = t;
+    a.bytes = bytes;
+    a.after_step = after;
+    a.ready_before_step = ready;
+    a.mechanism = std::move(mechanism);
+    return a;
+  }
 };
 
 // A policy's predicted step under the budget (autovm's plan, or a baseline).

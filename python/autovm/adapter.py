@@ -493,6 +493,7 @@ class Attachment:
                                         "call the adapter can replay")
                     self.step_module[s["id"]] = m
                 made.add(a["tensor"])
+                # docs/execution-model.md, "Recompute chains and temporaries" (own copy)
                 if p.tensors[a["tensor"]]["last"] >= a["ready_before_step"]:  # not a temporary
                     if a["tensor"] not in self.identity_tids:
                         problems.append(f"{p.tensors[a['tensor']]['name']} is recomputed but is "

@@ -89,7 +89,8 @@ struct Plan {
   int64_t memory_bytes() const { return arena_bytes + temporary_bytes; }
 };
 
-// A recompute after the tensor's lifetime: the tensor is a chain temporary for that one step.
+// A recompute after the tensor's lifetime: the tensor is a chain temporary for that one step
+// (the runtime's own copy of docs/execution-model.md, "Recompute chains and temporaries").
 inline bool is_chain_temporary(const Action& a, const Tensor& t) {
   return a.kind == AUTOVM_ACTION_RECOMPUTE && !t.persistent && a.ready_before_step > t.last;
 }

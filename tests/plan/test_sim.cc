@@ -17,6 +17,7 @@
 #include <random>
 
 #include "analysis/lifetimes.h"
+#include "../swap/verify_plan.h"
 #include "plan/baselines.h"
 #include "plan/cost_model.h"
 #include "plan/device_profile.h"
@@ -720,6 +721,7 @@ TEST_CASE("vdnn and save_on_cpu on conv-relu-conv, by hand") {
   CHECK(is(v.actions[3], ActionKind::prefetch, y1, 3, 4));
   Residency res = check_plan(g, life, v.actions);
   CHECK(resident_bytes(g, life, v.actions) == res.bytes);
+  CHECK(test::verifier_accepts(g, life, v.actions, *std::max_element(res.bytes.begin(), res.bytes.end())));
   // Live bytes (weights and their gradients 100 B each): 2200 | 3200 | 3200 | 4200 | 4300 |
   // 4300 | 2400 | 400 | 300. x is off at steps 1..3 and y1 at step 3: peak 4300 at step 4.
   CHECK(res.bytes == std::vector<int64_t>{2200, 2200, 2200, 2200, 4300, 4300, 2400, 400, 300});
@@ -743,6 +745,7 @@ TEST_CASE("vdnn and save_on_cpu on conv-relu-conv, by hand") {
   CHECK(is(s.actions[3], ActionKind::prefetch, x, 5, 6));
   Residency sres = check_plan(g, life, s.actions);
   CHECK(resident_bytes(g, life, s.actions) == sres.bytes);
+  CHECK(test::verifier_accepts(g, life, s.actions, *std::max_element(sres.bytes.begin(), sres.bytes.end())));
   // x is also off at steps 4 and 5.
   CHECK(sres.bytes == std::vector<int64_t>{2200, 2200, 2200, 2200, 3300, 3300, 2400, 400, 300});
   CHECK(s.resident_peak_bytes == 3300);
@@ -780,6 +783,7 @@ TEST_CASE("checkpoint: two segments of a Relu chain, by hand") {
   // Live: 200 200 300 400 500 600 500 400 300; t3 is off at steps 4 and 5.
   CHECK(res.bytes == std::vector<int64_t>{200, 200, 300, 400, 400, 500, 500, 400, 300});
   CHECK(resident_bytes(g, life, c.actions) == res.bytes);
+  CHECK(test::verifier_accepts(g, life, c.actions, *std::max_element(res.bytes.begin(), res.bytes.end())));
   CHECK(c.resident_peak_bytes == 500);
 }
 
@@ -802,6 +806,7 @@ TEST_CASE("seeded random CNN chains: every baseline keeps used tensors resident"
       Residency res = check_plan(g, life, p.actions);
       std::vector<int64_t> bytes = resident_bytes(g, life, p.actions);
       CHECK(bytes == res.bytes);
+      CHECK(test::verifier_accepts(g, life, p.actions, *std::max_element(res.bytes.begin(), res.bytes.end())));
       CHECK(p.resident_peak_bytes == *std::max_element(res.bytes.begin(), res.bytes.end()));
       for (const Action& a : p.actions) {
         bool transfer = a.kind == ActionKind::evict || a.kind == ActionKind::prefetch;

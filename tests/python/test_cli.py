@@ -202,7 +202,7 @@ with tempfile.TemporaryDirectory() as tmp:
         ok = ok and len(fwd0[0]["outputs"]) == 1 and fwd0[0]["outputs"][0] in bwd0[0]["inputs"]
     results.append(ok)
     print(f"{'PASS' if ok else 'FAIL'} --pool-indices: max pooling keeps int64 indices, its backward reads them")
-    # The bound on a real graph where two of its terms meet (compiler/plan/bound.h, "Pairs" and
+    # The bound on a real graph where two of its terms meet (docs/lower-bound.md, "Pairs" and
     # "Windows in bound(s)"): VGG-19 b256, momentum, --budget min on h200-pcie. The pair (57, 89)
     # sets it at 251.7 ms: forward's departures before step 57 and the arrivals after step 89.
     # A chain's temporaries count in the moment before their step, not on top of it, so the
@@ -218,15 +218,15 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"{'PASS' if ok else 'FAIL'} VGG-19 b256 min: the pair (57, 89) bound, "
           f"{pred.get('bound_us', 0) / 1e3:.1f} ms >= 251.0")
     # The PyTorch table's hardest row, planned from what the H200 measured (data/h200/README.md):
-    # ResNet-50 b256 recomputing at 4,245,208,576 B with PyTorch's memory model. bound(66)
-    # (layer2.2's Add) holds 159.0 ms: 1.12 GB of three 822 MB tensors that no chain can make again, so two
-    # whole ones, must leave after their own releases (bound.h, "Moved bytes that no recompute
+    # ResNet-50 b256 recomputing at 4,245,208,576 B with PyTorch's memory model. bound(66) (layer2.2's
+    # Add) holds 159.0 ms: 1.12 GB of three 822 MB tensors that no chain can make again, so two
+    # whole ones, must leave after their own releases (docs/lower-bound.md, "Moved bytes that no recompute
     # can replace"), and 3.7 ms of the recomputes cannot run beside the prefetches forced in
     # layer1's backward ("Recomputes beside the windows"). The sequence 66, 170, 329, 340,
     # 351 ("Pairs and sequences") sets the bound, 164.8 ms, reported at its last start, 340, and
-    # named in --explain-bound's explanation; the wide gap-split search of pipeline.cc finds a
-    # plan of 206.4 ms (the narrow one alone: 218.3), and advance_evictions makes it 203.7 by
-    # issuing two evictions earlier.
+    # named in --explain-bound's explanation; the wide gap-split search (plan/search.h) finds a
+    # plan of 206.4 ms (218.3 with the narrow one alone), 203.7 once advance_evictions issues
+    # two evictions earlier.
     data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "h200")
     r = case("ResNet-50 b256 at 4.245 GB, recomputing", [
         os.path.join(MODELS, "resnet50.onnx"), "--batch", "256", "--optimizer", "momentum",

@@ -161,8 +161,8 @@ TEST_CASE("gap-split search: the same plans on one thread as on two, sampled or 
     // large graphs; even seeds try every step.
     one.coarse = two.coarse = seed % 2 ? 2 : 0;
     const TrainingGraph& g = p.training.graph;
-    auto a = search_gap_splits(g, p.lifetimes, p.compute_us, mech, device, so, one);
-    auto b = search_gap_splits(g, p.lifetimes, p.compute_us, mech, device, so, two);
+    auto a = search_gap_splits(g, p.lifetimes, p.compute_us, mech, device, so, {}, one);
+    auto b = search_gap_splits(g, p.lifetimes, p.compute_us, mech, device, so, {}, two);
     REQUIRE(a.size() == b.size());
     searched[seed % 2] += !a.empty();
     for (size_t k = 0; k < a.size(); ++k) {

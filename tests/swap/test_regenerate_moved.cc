@@ -1,16 +1,19 @@
-// regenerate_moved (plan/swap_planner.h) on a seven-step graph whose plan before and after is
+// regenerate_moved (plan/passes/regenerate_moved.h) on a seven-step graph whose plan before and after is
 // worked out by hand.
 #include <doctest/doctest.h>
 
 #include "analysis/lifetimes.h"
 #include "plan/baselines.h"
 #include "plan/simulator.h"
-#include "plan/swap_planner.h"
+#include "plan/passes/regenerate_moved.h"
+#include "plan/residency.h"
 #include "swap_test_util.h"
+#include "verify_plan.h"
 
 using namespace autovm;
 using autovm::test::duplex_link;
 using autovm::test::transfer;
+using autovm::test::verifier_accepts;
 
 namespace {
 
@@ -74,6 +77,7 @@ TEST_CASE("regenerate_moved: a moved tensor whose transfers stall is regenerated
   const Case k(0);
   std::vector<Action> actions = k.moved();
   for (int64_t r : resident_bytes(k.g, k.life, actions)) CHECK(r <= 100);
+  CHECK(verifier_accepts(k.g, k.life, actions, 100));
   CHECK(k.simulated(actions) == doctest::Approx(630));
 
   CHECK(k.run(actions) == doctest::Approx(520));
@@ -104,6 +108,7 @@ TEST_CASE("regenerate_moved: a chain whose temporaries do not fit is not taken")
   const Case k(1);
   std::vector<Action> actions = k.moved();
   for (int64_t r : resident_bytes(k.g, k.life, actions)) CHECK(r <= 100);
+  CHECK(verifier_accepts(k.g, k.life, actions, 100));
   CHECK(k.run(actions) == doctest::Approx(630));
   REQUIRE(actions.size() == 2);
   CHECK(actions[0].kind == ActionKind::evict);
@@ -151,6 +156,7 @@ TEST_CASE("regenerate_moved: a chain that does not fit at the deadline runs a st
   const std::vector<Action> moved = {transfer(ActionKind::evict, x, 3, 4),
                                      transfer(ActionKind::prefetch, x, 5, 7)};
   for (int64_t r : resident_bytes(g, life, moved)) CHECK(r <= 100);
+  CHECK(verifier_accepts(g, life, moved, 100));
   auto run = [&](std::vector<Action>& actions, StepIndex earlier) {
     return regenerate_moved(g, life, c, duplex_link(), DeviceProfile{}, 100, MovableKinds{}, {},
                             actions, 20, earlier);
