@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 
+from moved_prefix import install_moved
+
 MESON, BUILD, SOURCE, PREFIX, BINDIR, LIBDIR, INCLUDEDIR, DATADIR = sys.argv[1:9]
 BUILD, SOURCE = os.path.abspath(BUILD), os.path.abspath(SOURCE)
 CXX = sys.argv[9:]
@@ -40,16 +42,11 @@ def run(args, env, cwd):
 def main():
     tmp = tempfile.mkdtemp(prefix="autovm-install-")
     try:
-        stage = os.path.join(tmp, "stage")
-        r = subprocess.run([MESON, "install", "-C", BUILD, "--no-rebuild", "--quiet",
-                            "--destdir", stage], capture_output=True, text=True)
-        check("meson install --destdir", r.returncode == 0, r.stdout + r.stderr)
-        if r.returncode != 0:
-            return
         moved = os.path.join(tmp, "elsewhere", "autovm")
-        os.makedirs(os.path.dirname(moved))
-        shutil.move(stage + PREFIX, moved)
-        shutil.rmtree(stage)
+        ok, output = install_moved(MESON, BUILD, PREFIX, os.path.join(tmp, "stage"), moved)
+        check("meson install --destdir", ok, output)
+        if not ok:
+            return
         installed(moved)
         planning(moved, tmp)
         library(moved, tmp)

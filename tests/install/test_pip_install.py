@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 
+from moved_prefix import install_moved
+
 MESON, BUILD, SOURCE, PREFIX, BINDIR, LIBDIR, VERSION = sys.argv[1:8]
 BUILD, SOURCE = os.path.abspath(BUILD), os.path.abspath(SOURCE)
 results = []
@@ -71,16 +73,11 @@ else:
 def main():
     tmp = tempfile.mkdtemp(prefix="autovm-pip-")
     try:
-        stage = os.path.join(tmp, "stage")
-        r = subprocess.run([MESON, "install", "-C", BUILD, "--no-rebuild", "--quiet",
-                            "--destdir", stage], capture_output=True, text=True)
-        check("meson install --destdir", r.returncode == 0, r.stdout + r.stderr)
-        if r.returncode != 0:
-            return
         prefix = os.path.join(tmp, "opt", "autovm")
-        os.makedirs(os.path.dirname(prefix))
-        shutil.move(stage + PREFIX, prefix)
-        shutil.rmtree(stage)
+        ok, output = install_moved(MESON, BUILD, PREFIX, os.path.join(tmp, "stage"), prefix)
+        check("meson install --destdir", ok, output)
+        if not ok:
+            return
 
         src = os.path.join(tmp, "python")
         shutil.copytree(os.path.join(SOURCE, "python"), src,
