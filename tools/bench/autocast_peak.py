@@ -19,7 +19,9 @@ import torchvision
 
 def peak(name, batch, mode):
     torch.manual_seed(0)
-    model = getattr(torchvision.models, name)(weights=None).cuda().train()
+    # GoogLeNet and Inception-v3 without their auxiliary classifiers, as models/ exports them.
+    extra = {"aux_logits": False, "init_weights": True} if name in ("googlenet", "inception_v3") else {}
+    model = getattr(torchvision.models, name)(weights=None, **extra).cuda().train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     scaler = torch.cuda.amp.GradScaler(enabled=mode == "fp16")
     x = torch.randn(batch, 3, 224, 224, device="cuda")
@@ -46,7 +48,12 @@ if __name__ == "__main__":
     modes = sys.argv[3].split(",") if len(sys.argv) > 3 else ["fp32", "bf16", "fp16"]
     for name in names:
         for mode in modes:
-            p = peak(name, batch, mode)
-            print(json.dumps({"model": name, "batch": batch, "mode": mode, "peak_bytes": p[-1], "steps": p,
-                              "torch": torch.__version__, "device": torch.cuda.get_device_name()}), flush=True)
+            row = {"model": name, "batch": batch, "mode": mode}
+            try:
+                p = peak(name, batch, mode)
+                row.update(peak_bytes=p[-1], steps=p)
+            except Exception as e:  # one model's failure does not end the run
+                row["error"] = str(e).splitlines()[0]
+            row.update(torch=torch.__version__, device=torch.cuda.get_device_name())
+            print(json.dumps(row), flush=True)
             torch.cuda.empty_cache()
