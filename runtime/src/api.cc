@@ -65,6 +65,7 @@ autovm_runtime_options default_options() {
   o.device = 0;
   o.free_margin_bytes = 0;
   o.allow_oversubscribe = 0;
+  o.memory = AUTOVM_MEMORY_RUNTIME;
   return o;
 }
 
@@ -78,6 +79,15 @@ std::underlying_type_t<E> int_of(const E& value) {
 }
 
 int kind_of(const autovm_backend& b) { return static_cast<int>(int_of(b)); }
+
+bool trainer_memory(const autovm_memory& m) {
+  const auto i = int_of(m);
+  if (i != AUTOVM_MEMORY_RUNTIME && i != AUTOVM_MEMORY_TRAINER)
+    throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                "autovm_runtime_create: unknown memory " + std::to_string(i) +
+                    " (AUTOVM_MEMORY_RUNTIME or AUTOVM_MEMORY_TRAINER)");
+  return i == AUTOVM_MEMORY_TRAINER;
+}
 
 autovm_mode checked_mode(const autovm_mode& m) {
   const auto i = int_of(m);
@@ -112,6 +122,10 @@ std::unique_ptr<autovm::rt::Backend> make_cuda(const autovm::rt::Plan& p,
   cuda.device = o.device;
   if (o.free_margin_bytes > 0) cuda.free_margin_bytes = o.free_margin_bytes;
   cuda.allow_oversubscribe = o.allow_oversubscribe != 0;
+  cuda.trainer_memory = trainer_memory(o.memory);
+  // The trainer's memory moves by migration alone (autovm.h, AUTOVM_MEMORY_TRAINER).
+  if (cuda.trainer_memory && int_of(o.mechanism) == AUTOVM_MECHANISM_PLAN)
+    cuda.mechanism = AUTOVM_MECHANISM_PREFETCH;
   return autovm::rt::make_cuda_backend(p, cuda);
 #else
   (void)p;
@@ -290,8 +304,13 @@ autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtim
     if (layout < AUTOVM_LAYOUT_AUTO || layout > AUTOVM_LAYOUT_PACKED)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
                   std::string(self) + ": unknown layout " + std::to_string(layout));
+    const bool trainer = trainer_memory(o.memory);
+    if (trainer && layout == AUTOVM_LAYOUT_PACKED)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                  std::string(self) + ": layout PACKED needs the runtime's arena; with "
+                                          "AUTOVM_MEMORY_TRAINER use AUTOVM_LAYOUT_AUTO or PLAN");
     const bool can_pack =
-        mode == AUTOVM_MODE_PLAN &&
+        mode == AUTOVM_MODE_PLAN && !trainer &&
         (kind == AUTOVM_BACKEND_HOST || resolve_mechanism(o.mechanism, p) == AUTOVM_MECHANISM_MAPPED);
     if (layout == AUTOVM_LAYOUT_PACKED && !can_pack)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
@@ -306,6 +325,7 @@ autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtim
     if (kind == AUTOVM_BACKEND_HOST) {
       autovm::rt::HostBackendOptions host;
       if (o.host_arena_cap_bytes > 0) host.arena_cap_bytes = o.host_arena_cap_bytes;
+      host.trainer_memory = trainer;
       backend = autovm::rt::make_host_backend(*laid_out, host);
     } else {
       backend = make_cuda(*laid_out, o);
@@ -314,7 +334,7 @@ autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtim
     auto rt = std::make_unique<autovm_runtime>();
     rt->plan = laid_out;
     rt->executor = std::make_unique<autovm::rt::Executor>(laid_out, std::move(backend), budget,
-                                                          o.strict != 0, mode);
+                                                          o.strict != 0, mode, trainer);
     *out = rt.release();
   });
 }

@@ -44,6 +44,11 @@ class Backend {
     if (bound_.size() <= static_cast<size_t>(t.id)) bound_.resize(static_cast<size_t>(t.id) + 1);
     bound_[static_cast<size_t>(t.id)] = p;
   }
+  // Whether the trainer bound a range to the tensor.
+  bool bound(const Tensor& t) const {
+    const auto i = static_cast<size_t>(t.id);
+    return i < bound_.size() && bound_[i] != nullptr;
+  }
   virtual bool has_memory() const = 0;
   // The trainer has enqueued step s on `stream` (-1: the start of the training step): copies
   // issued from here on may start once the stream passes this point.
@@ -78,10 +83,13 @@ class Backend {
 
 struct HostBackendOptions {
   int64_t arena_cap_bytes = int64_t{1} << 30;  // a larger arena runs in accounting-only mode
+  // No arena: only the ranges the trainer binds (AUTOVM_MEMORY_TRAINER), which the host backend
+  // never writes or reads (like migration, a move leaves their bytes as they are).
+  bool trainer_memory = false;
 };
 
 // The arena in host memory: evict copies to a per-tensor shadow buffer and poisons the arena
-// range with kPoison; prefetch copies back; discard poisons.
+// range with kPoison; prefetch copies back; discard poisons. With trainer memory it only counts.
 std::unique_ptr<Backend> make_host_backend(const Plan& plan, const HostBackendOptions& options);
 
 inline constexpr unsigned char kPoison = 0xA5;
@@ -96,6 +104,9 @@ struct CudaBackendOptions {
   // staged: advise the arena cudaMemAdviseSetAccessedBy(device), so that the copy bringing a
   // discarded range back finds its pages mapped (cuda_backend.cc; off only to measure).
   bool advise_accessed_by = true;
+  // No arena: only the ranges the trainer binds, moved by migration (AUTOVM_MEMORY_TRAINER;
+  // the mechanism is then prefetch).
+  bool trainer_memory = false;
 };
 std::unique_ptr<Backend> make_cuda_backend(const Plan& plan, const CudaBackendOptions& options);
 

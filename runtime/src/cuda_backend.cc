@@ -26,6 +26,9 @@
 //             tensor's evict event: from that step the plan counts its memory free. These two
 //             are the only places the trainer's stream ever waits; the host never does.
 //   discard   managed: cudaMemDiscardBatchAsync after the step; mapped: nothing to do.
+//   trainer   (AUTOVM_MEMORY_TRAINER) no arena: only the managed ranges the trainer binds, by
+//             the prefetch mechanism, whose migrations never change a byte (the executor skips
+//             actions on tensors not bound).
 //
 // Streams: mapped copies each direction on its own stream (device memory reaches the link's
 // full duplex). Managed copies share one stream: on the H200, copies touching managed memory in
@@ -74,14 +77,20 @@ class CudaBackend final : public Backend {
       // pinned buffer that nothing brings back.
       options_.mechanism = AUTOVM_MECHANISM_PREFETCH;
     }
+    if (options_.trainer_memory && options_.mechanism != AUTOVM_MECHANISM_PREFETCH)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                  std::string("the trainer's memory moves only by migration (the prefetch "
+                              "mechanism), not by the ") + name(options_.mechanism) + " mechanism");
     try {
       select_device();
-      arena_bytes_ = std::max<int64_t>(plan.memory_bytes(), 1);
-      check_fits();
-      if (managed_) {
-        allocate_managed();
-      } else {
-        allocate_mapped();
+      if (!options_.trainer_memory) {  // else only the ranges the trainer binds
+        arena_bytes_ = std::max<int64_t>(plan.memory_bytes(), 1);
+        check_fits();
+        if (managed_) {
+          allocate_managed();
+        } else {
+          allocate_mapped();
+        }
       }
       check(cudaStreamCreateWithFlags(&out_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
       if (managed_) {
@@ -127,7 +136,7 @@ class CudaBackend final : public Backend {
     }
   }
 
-  void* at(int64_t offset) override { return arena_ + offset; }
+  void* at(int64_t offset) override { return arena_ ? arena_ + offset : nullptr; }
 
   // The trainer's own range: managed memory for the managed mechanisms (the driver moves and
   // discards it), managed or device memory for mapped (the copy engine moves it).
@@ -209,7 +218,10 @@ class CudaBackend final : public Backend {
     wait_ready(state(t).ready, stream);
   }
 
-  void discard(const Tensor& t, void*) override {
+  // The trainer's memory is never discarded (its bytes may belong to a tensor the trainer still
+  // holds): its pages migrate to the host instead, bytes kept.
+  void discard(const Tensor& t, void* stream) override {
+    if (options_.trainer_memory) return evict_issue(t, stream);
     if (!managed_) return;  // device memory: nothing to tell the driver
     wait_for_step(out_stream_);
     discard_blocks(t, out_stream_);
@@ -221,7 +233,13 @@ class CudaBackend final : public Backend {
     State& st = state(t);
     if (st.evicted && in_stream_ != out_stream_)
       check(cudaStreamWaitEvent(in_stream_, st.evicted, 0), "cudaStreamWaitEvent (discarded)");
-    discard_and_prefetch_blocks(t, in_stream_);
+    if (options_.trainer_memory) {
+      check(cudaMemPrefetchAsync(pointer(t), static_cast<size_t>(t.bytes), device_location(), 0,
+                                 in_stream_),
+            "cudaMemPrefetchAsync to the device of '" + t.name + "'");
+    } else {
+      discard_and_prefetch_blocks(t, in_stream_);
+    }
     record(st.ready, in_stream_, t);
     wait_ready(st.ready, stream);
   }

@@ -27,9 +27,9 @@ const char* describe(autovm_residency r) {
 }  // namespace
 
 Executor::Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> backend,
-                   int64_t budget_bytes, bool strict, autovm_mode mode)
+                   int64_t budget_bytes, bool strict, autovm_mode mode, bool trainer_memory)
     : plan_(std::move(plan)), backend_(std::move(backend)), budget_bytes_(budget_bytes),
-      strict_(strict), mode_(mode) {
+      strict_(strict), mode_(mode), trainer_memory_(trainer_memory) {
   const auto n = static_cast<size_t>(plan_->step_count());
   issued_after_.resize(n + 1);
   due_before_.resize(n + 1);
@@ -72,6 +72,7 @@ Executor::Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> ba
       return plan_->actions[i].kind == AUTOVM_ACTION_EVICT;
     });
   state_.assign(plan_->tensors.size(), AUTOVM_RESIDENCY_UNALLOCATED);
+  unmoved_.assign(plan_->tensors.size(), false);
   temporary_offset_.assign(plan_->tensors.size(), kNoTemporary);
   for (const Tensor& t : plan_->tensors) {
     if (t.persistent) {
@@ -86,11 +87,31 @@ Executor::Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> ba
 }
 
 void Executor::set_state(TensorId t, autovm_residency next) {
-  auto& s = state_[static_cast<size_t>(t)];
+  const auto i = static_cast<size_t>(t);
+  auto& s = state_[i];
   const int64_t bytes = tensor(t).bytes;
-  if (counts_resident(s)) stats_.resident_bytes -= bytes;
-  if (counts_resident(next)) stats_.resident_bytes += bytes;
+  if (counts_resident(s) || unmoved_[i]) stats_.resident_bytes -= bytes;
+  // Back on the device by the plan's count, or freed: no longer unmoved.
+  if (next == AUTOVM_RESIDENCY_RESIDENT || next == AUTOVM_RESIDENCY_UNALLOCATED) unmoved_[i] = false;
+  if (counts_resident(next) || unmoved_[i]) stats_.resident_bytes += bytes;
   s = next;
+}
+
+void Executor::set_unmoved(TensorId t, bool unmoved) {
+  const auto i = static_cast<size_t>(t);
+  const bool held = counts_resident(state_[i]) || unmoved_[i];
+  unmoved_[i] = unmoved;
+  const bool now = counts_resident(state_[i]) || unmoved_[i];
+  stats_.resident_bytes += (now ? tensor(t).bytes : 0) - (held ? tensor(t).bytes : 0);
+}
+
+bool Executor::skip(const Tensor& t, int64_t bytes) {
+  if (!trainer_memory_) return false;
+  if (!unmoved_[static_cast<size_t>(t.id)] && backend_->bound(t)) return false;
+  ++stats_.unbound_actions;
+  stats_.unbound_bytes += bytes;
+  set_unmoved(t.id, true);
+  return true;
 }
 
 std::string Executor::step_label(StepIndex s) const {
@@ -110,7 +131,7 @@ void Executor::issue(StepIndex after_step, void* stream) {
     switch (a.kind) {
       case AUTOVM_ACTION_EVICT:
         assert(now == AUTOVM_RESIDENCY_RESIDENT);
-        backend_->evict_issue(t, stream);
+        if (!skip(t, a.bytes)) backend_->evict_issue(t, stream);
         set_state(t.id, AUTOVM_RESIDENCY_EVICTING);
         stats_.bytes_to_host += a.bytes;
         ++stats_.evictions;
@@ -118,13 +139,14 @@ void Executor::issue(StepIndex after_step, void* stream) {
       case AUTOVM_ACTION_PREFETCH:
         assert(now == AUTOVM_RESIDENCY_ON_HOST);
         set_state(t.id, AUTOVM_RESIDENCY_PREFETCHING);
-        if (mode_ != AUTOVM_MODE_DEMAND_PAGING) backend_->prefetch_issue(t, a, stream);
+        if (mode_ != AUTOVM_MODE_DEMAND_PAGING && !skip(t, a.bytes))
+          backend_->prefetch_issue(t, a, stream);
         stats_.bytes_to_device += a.bytes;
         ++stats_.prefetches;
         break;
       case AUTOVM_ACTION_DISCARD:
         assert(now == AUTOVM_RESIDENCY_RESIDENT);
-        backend_->discard(t, stream);
+        if (!skip(t, a.bytes)) backend_->discard(t, stream);
         set_state(t.id, AUTOVM_RESIDENCY_DISCARDED);
         ++stats_.discards;
         break;
@@ -144,12 +166,13 @@ void Executor::complete(StepIndex before_step, void* stream) {
     switch (a.kind) {
       case AUTOVM_ACTION_EVICT:
         if (now != AUTOVM_RESIDENCY_EVICTING) break;
-        backend_->evict_complete(t, stream);
+        if (!unmoved_[static_cast<size_t>(t.id)]) backend_->evict_complete(t, stream);
         set_state(t.id, AUTOVM_RESIDENCY_ON_HOST);
         break;
       case AUTOVM_ACTION_PREFETCH:
         if (now != AUTOVM_RESIDENCY_PREFETCHING) break;
-        if (mode_ != AUTOVM_MODE_DEMAND_PAGING) backend_->prefetch_complete(t, stream);
+        if (mode_ != AUTOVM_MODE_DEMAND_PAGING && !unmoved_[static_cast<size_t>(t.id)])
+          backend_->prefetch_complete(t, stream);
         set_state(t.id, AUTOVM_RESIDENCY_RESIDENT);
         break;
       case AUTOVM_ACTION_RECOMPUTE:
@@ -163,7 +186,7 @@ void Executor::complete(StepIndex before_step, void* stream) {
         }
         if (now == AUTOVM_RESIDENCY_RESIDENT) break;  // the same temporary named twice
         assert(now == AUTOVM_RESIDENCY_DISCARDED);
-        backend_->recompute_prepare(t, stream);
+        if (!unmoved_[static_cast<size_t>(t.id)]) backend_->recompute_prepare(t, stream);
         set_state(t.id, AUTOVM_RESIDENCY_RESIDENT);
         ++stats_.recomputes;
         break;
@@ -187,8 +210,10 @@ void Executor::step_begin(StepIndex s, void* stream) {
     backend_->step_enqueued(-1, stream);
     for (const Tensor& t : plan_->tensors) {
       if (!t.starts_on_host || residency(t.id) != AUTOVM_RESIDENCY_RESIDENT) continue;
-      backend_->evict_issue(t, stream);
-      backend_->evict_complete(t, stream);
+      if (!skip(t, t.bytes)) {
+        backend_->evict_issue(t, stream);
+        backend_->evict_complete(t, stream);
+      }
       set_state(t.id, AUTOVM_RESIDENCY_ON_HOST);
       stats_.initial_offload_bytes += t.bytes;
     }
@@ -232,6 +257,8 @@ void Executor::step_end(StepIndex s, void* stream) {
   for (TensorId t : freed_after_[static_cast<size_t>(s)]) {
     set_state(t, AUTOVM_RESIDENCY_UNALLOCATED);
     temporary_offset_[static_cast<size_t>(t)] = kNoTemporary;
+    // The trainer's range may hold another tensor from here: bound again next training step.
+    if (trainer_memory_ && !tensor(t).persistent) backend_->bind(tensor(t), nullptr);
   }
   running_.reset();
   if (s == n - 1) {
@@ -266,14 +293,12 @@ void Executor::bind(TensorId id, void* p, int64_t bytes) {
     throw Error(AUTOVM_ERR_INVALID_ARGUMENT, "autovm_tensor_bind: tensor '" + t.name + "' has " +
                                                  std::to_string(t.bytes) + " bytes, not " +
                                                  std::to_string(bytes));
-  if (running_)
-    throw Error(AUTOVM_ERR_STATE, "autovm_tensor_bind of '" + t.name + "' while step " +
-                                      std::to_string(*running_) +
-                                      " is running; bind between training steps");
   const autovm_residency now = residency(id);
-  if (now != AUTOVM_RESIDENCY_RESIDENT && now != AUTOVM_RESIDENCY_UNALLOCATED)
+  if (now != AUTOVM_RESIDENCY_RESIDENT && now != AUTOVM_RESIDENCY_UNALLOCATED &&
+      !unmoved_[static_cast<size_t>(id)])
     throw Error(AUTOVM_ERR_STATE, "autovm_tensor_bind of '" + t.name + "', which is " +
-                                      describe(now) + "; bind it while it is resident");
+                                      describe(now) +
+                                      "; bind it while it is resident or outside its lifetime");
   backend_->bind(t, p);
 }
 
@@ -283,7 +308,7 @@ autovm_stats Executor::stats() const {
   out.stall_us = stalls.total_us;
   out.late_prefetches = stalls.late;
   out.measured_waits = stalls.measured;
-  out.memory_bytes = plan_->memory_bytes();
+  out.memory_bytes = trainer_memory_ ? 0 : plan_->memory_bytes();
   return out;
 }
 

@@ -16,6 +16,13 @@
 // the backend to prefetch (the tensor counts as resident again at the same points: its pages
 // fault back when touched); RESIDENT ignores every action and the budget.
 //
+// Trainer memory (AUTOVM_MEMORY_TRAINER): an evict, prefetch, discard or initial offload of a
+// tensor the trainer has not bound is skipped (never reaches the backend) and counted; the
+// tensor is then "unmoved": its state follows the plan, but it counts resident until the plan
+// has it resident again (its bytes stayed where the trainer left them), the actions after it up
+// to that point are skipped too, and it may be bound. A non-persistent tensor's binding ends
+// when it is freed.
+//
 // So an evicted tensor is resident through ready_before_step - 1, a prefetched one from
 // after_step + 1, a discarded one is off from after_step + 1 and a recomputed one is resident
 // from ready_before_step. load_plan() has checked that every tensor's actions follow these
@@ -34,7 +41,7 @@ namespace autovm::rt {
 class Executor {
  public:
   Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> backend, int64_t budget_bytes,
-           bool strict, autovm_mode mode = AUTOVM_MODE_PLAN);
+           bool strict, autovm_mode mode = AUTOVM_MODE_PLAN, bool trainer_memory = false);
 
   // Throw Error(AUTOVM_ERR_STATE) out of order. step_begin throws AUTOVM_ERR_OUT_OF_MEMORY in
   // strict mode when the step is over the budget, after beginning it.
@@ -49,8 +56,9 @@ class Executor {
     const int64_t temp = temporary_offset_[static_cast<size_t>(t)];
     return temp != kNoTemporary ? backend_->at(plan_->arena_bytes + temp) : backend_->pointer(tensor(t));
   }
-  // The trainer's own memory for tensor t (nullptr: back to the arena). Only between steps,
-  // with the tensor resident or outside its lifetime; throws Error otherwise.
+  // The trainer's own memory for tensor t (nullptr: back to the arena, or unbound). Only while
+  // its bytes are where the trainer left them (resident, outside its lifetime, or unmoved);
+  // throws Error otherwise.
   void bind(TensorId t, void* p, int64_t bytes);
   autovm_residency residency(TensorId t) const { return state_[static_cast<size_t>(t)]; }
   // Reads the backend's stall timings too (may synchronise with the device).
@@ -62,6 +70,10 @@ class Executor {
  private:
   const Tensor& tensor(TensorId t) const { return plan_->tensors[static_cast<size_t>(t)]; }
   void set_state(TensorId t, autovm_residency next);
+  // Trainer memory: whether the action on t is skipped (t not bound, or unmoved already); a
+  // skip is counted and leaves t unmoved.
+  bool skip(const Tensor& t, int64_t bytes);
+  void set_unmoved(TensorId t, bool unmoved);
   void issue(StepIndex after_step, void* stream);
   void complete(StepIndex before_step, void* stream);
   std::string step_label(StepIndex s) const;
@@ -71,6 +83,7 @@ class Executor {
   int64_t budget_bytes_;
   bool strict_;
   autovm_mode mode_;
+  bool trainer_memory_;
 
   // The schedule, by step: [after_step + 1], [ready_before_step] (n: by the end), [first], [last].
   std::vector<std::vector<size_t>> issued_after_, due_before_;
@@ -79,6 +92,7 @@ class Executor {
   std::vector<std::vector<TensorId>> present_at_, allocated_at_, freed_after_;
 
   std::vector<autovm_residency> state_;  // [tensor]
+  std::vector<bool> unmoved_;            // [tensor] trainer memory: its last move was skipped
   int64_t chain_temporary_bytes_ = 0;  // of the chains before the running step
   std::vector<int64_t> temporary_offset_;  // [tensor] while it is a chain temporary; else kNoTemporary
   std::optional<StepIndex> running_;     // between step_begin and step_end

@@ -15,7 +15,9 @@ struct ArenaDeleter {
 
 class HostBackend final : public Backend {
  public:
-  HostBackend(const Plan& plan, const HostBackendOptions& options) : shadow_(plan.tensors.size()) {
+  HostBackend(const Plan& plan, const HostBackendOptions& options)
+      : shadow_(plan.tensors.size()), trainer_memory_(options.trainer_memory) {
+    if (trainer_memory_) return;  // the trainer's ranges only
     if (plan.memory_bytes() > options.arena_cap_bytes) return;  // accounting only
     const auto bytes = static_cast<size_t>(plan.memory_bytes() > 0 ? plan.memory_bytes() : 1);
     try {
@@ -29,9 +31,12 @@ class HostBackend final : public Backend {
   }
 
   void* at(int64_t offset) override { return arena_ ? arena_.get() + offset : nullptr; }
-  bool has_memory() const override { return arena_ != nullptr; }
+  bool has_memory() const override { return trainer_memory_ || arena_ != nullptr; }
 
+  // The trainer's ranges are left as they are, as the CUDA backend's migration leaves their
+  // bytes: the trainer may have freed and reused a range before the plan's count ends.
   void evict_issue(const Tensor& t, void*) override {
+    if (trainer_memory_) return;
     const void* from = pointer(t);
     if (!from) return;
     std::vector<unsigned char>& shadow = shadow_[static_cast<size_t>(t.id)];
@@ -41,6 +46,7 @@ class HostBackend final : public Backend {
   void evict_complete(const Tensor& t, void*) override { poison(t); }
   void prefetch_issue(const Tensor&, const Action&, void*) override {}
   void prefetch_complete(const Tensor& t, void*) override {
+    if (trainer_memory_) return;
     void* to = pointer(t);
     if (!to) return;
     const std::vector<unsigned char>& shadow = shadow_[static_cast<size_t>(t.id)];
@@ -52,11 +58,13 @@ class HostBackend final : public Backend {
 
  private:
   void poison(const Tensor& t) {
+    if (trainer_memory_) return;
     if (void* p = pointer(t)) std::memset(p, kPoison, static_cast<size_t>(t.bytes));
   }
 
   std::unique_ptr<unsigned char[], ArenaDeleter> arena_;
   std::vector<std::vector<unsigned char>> shadow_;  // [tensor] its bytes while evicted
+  bool trainer_memory_;
 };
 
 }  // namespace

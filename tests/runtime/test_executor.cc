@@ -205,7 +205,7 @@ TEST_CASE("a tensor bound to the trainer's own memory is moved there, not in the
     if (s == 0) fill(mine.data(), 2048, 11);
     if (s == 2) {
       CHECK(all_poison(mine.data(), 2048));  // evicted: the bound range is poisoned
-      CHECK_THROWS_AS(rt.bind(a, nullptr, 0), autovm::RuntimeError);  // a step is running
+      CHECK_THROWS_AS(rt.bind(a, nullptr, 0), autovm::RuntimeError);  // evicted
     }
     if (s == 3) {
       std::vector<unsigned char> expect(2048);

@@ -44,7 +44,7 @@ extern "C" {
 #endif
 
 /* The version of this header's API. autovm_version() returns the library's; they must match. */
-#define AUTOVM_API_VERSION 1
+#define AUTOVM_API_VERSION 2
 
 typedef enum autovm_status {
   AUTOVM_OK = 0,
@@ -96,6 +96,27 @@ typedef enum autovm_layout {
   AUTOVM_LAYOUT_PLAN = 1,     /* the plan's offsets (arena = statistics.arena_bytes) */
   AUTOVM_LAYOUT_PACKED = 2    /* packed; AUTOVM_ERR_INVALID_ARGUMENT where the backend cannot */
 } autovm_layout;
+
+/* Whose memory the tensors lie in. */
+typedef enum autovm_memory {
+  AUTOVM_MEMORY_RUNTIME = 0, /* the backend allocates the arena; a tensor lies at its offset
+                                unless the trainer binds its own range (autovm_tensor_bind) */
+  AUTOVM_MEMORY_TRAINER = 1  /* no arena: the trainer owns every tensor's memory (PyTorch's
+                                tensors on autovm's pool, say) and binds each tensor the plan
+                                moves, again whenever its address changes. An action due on a
+                                tensor that is not bound is skipped and counted
+                                (autovm_stats.unbound_actions): it never touches memory, and the
+                                tensor counts resident until the plan has it back. A
+                                non-persistent tensor's binding ends with its lifetime
+                                (step_end of its last step): bind it again in the next training
+                                step. CUDA backend: only the prefetch mechanism (mode PLAN or
+                                DEMAND_PAGING), managed memory only: migration never changes a
+                                byte, so a range the trainer freed and reused before the plan
+                                expected is moved, never overwritten. The host backend
+                                leaves the trainer's bytes alone (it only counts). layout
+                                must be AUTO or PLAN; autovm_tensor_pointer is NULL for
+                                unbound tensors */
+} autovm_memory;
 
 typedef enum autovm_tensor_kind {
   AUTOVM_TENSOR_INPUT = 0,
@@ -214,10 +235,12 @@ typedef struct autovm_runtime_options {
                                    memory less the margin. On a shared GPU this can hang the
                                    device for everyone: only for a GPU that is yours alone */
   autovm_layout layout;         /* AUTOVM_LAYOUT_AUTO */
+  autovm_memory memory;         /* AUTOVM_MEMORY_RUNTIME */
 } autovm_runtime_options;
 
 /* Defaults: host backend, the plan's budget, not strict, a 1 GiB cap; for CUDA: the plan's
- * mechanism, mode PLAN, device 0, a 1 GiB margin, no oversubscription; layout AUTO. */
+ * mechanism, mode PLAN, device 0, a 1 GiB margin, no oversubscription; layout AUTO; the
+ * runtime's memory. */
 AUTOVM_EXPORT autovm_status autovm_runtime_options_init(autovm_runtime_options* options);
 /* options may be NULL (the defaults). The runtime keeps what it needs of the plan: the plan
  * may be freed first. Persistent tensors start resident, with zeroed bytes. */
@@ -252,11 +275,14 @@ AUTOVM_EXPORT autovm_status autovm_step_end(autovm_runtime* rt, int64_t step, vo
  * accounting-only mode. */
 AUTOVM_EXPORT autovm_status autovm_tensor_pointer(autovm_runtime* rt, int32_t id, void** ptr);
 /* Binds the trainer's own memory to tensor id: from now on the runtime moves [ptr, ptr + bytes)
- * for it instead of its arena range (bytes must be the tensor's; ptr NULL: back to the arena).
- * The contents are not copied. CUDA backend: managed memory (cudaMallocManaged) for the prefetch
- * and staged mechanisms, managed or device memory for mapped; anything else is
- * AUTOVM_ERR_INVALID_ARGUMENT. Only between steps, with the tensor resident or outside its
- * lifetime (AUTOVM_ERR_STATE otherwise). */
+ * for it instead of its arena range (bytes must be the tensor's; ptr NULL: back to the arena,
+ * or unbound with AUTOVM_MEMORY_TRAINER). The contents are not copied. CUDA backend: managed
+ * memory (cudaMallocManaged) for the prefetch and staged mechanisms, managed or device memory
+ * for mapped; anything else is AUTOVM_ERR_INVALID_ARGUMENT. Allowed while the tensor's bytes
+ * are where the trainer left them: it is resident, outside its lifetime, or off the device only
+ * in the plan's count because its action was skipped unbound; between steps or during one (a
+ * trainer binds a step's output while the step runs). AUTOVM_ERR_STATE otherwise (evicted,
+ * being moved, discarded). */
 AUTOVM_EXPORT autovm_status autovm_tensor_bind(autovm_runtime* rt, int32_t id, void* ptr,
                                                int64_t bytes);
 AUTOVM_EXPORT autovm_status autovm_tensor_residency(const autovm_runtime* rt, int32_t id,
@@ -274,7 +300,8 @@ typedef struct autovm_stats {
   int64_t discards;              /* COUNT: discards */
   int64_t recomputes;            /* COUNT: recomputes (tensors marked resident) */
   int64_t advises;               /* COUNT: advise actions seen */
-  int64_t resident_bytes;        /* bytes resident now */
+  int64_t resident_bytes;        /* bytes resident now (tensors whose evict or discard was
+                                    skipped unbound count: their bytes stayed) */
   int64_t peak_resident_bytes;   /* most bytes resident during a step */
   int64_t violations;            /* COUNT: non-resident uses and steps over the budget */
   int64_t training_steps;        /* COUNT: training steps completed (step_end of the last step) */
@@ -289,7 +316,10 @@ typedef struct autovm_stats {
   int64_t late_prefetches;       /* COUNT: steps whose waits held the compute stream > 5 us */
   int64_t measured_waits;        /* COUNT: steps that waited (all their waits timed as one) */
   int64_t memory_bytes;          /* the backend's memory: the arena as laid out (autovm_layout)
-                                    and the room for chain temporaries */
+                                    and the room for chain temporaries (0: trainer memory) */
+  int64_t unbound_actions;       /* COUNT: evicts, prefetches, discards and initial offloads
+                                    skipped because their tensor was not bound (trainer memory) */
+  int64_t unbound_bytes;         /* SUM: their bytes */
 } autovm_stats;
 
 /* Synchronises with the device (CUDA backend) to read the event timings: not for the hot path. */
