@@ -1,8 +1,7 @@
-"""ctypes binding of libautovm's plan query API and memory pools (runtime/include/autovm/autovm.h).
-
-The plan-query half of the C API, and the pools behind autovm.allocator; the PyTorch adapter moves
-tensors with torch itself and never creates a libautovm runtime. Every call's status is checked; a failure raises
-LibraryError with the function's name and autovm_last_error().
+"""ctypes binding of libautovm's C API (runtime/include/autovm/autovm.h): plan queries, runtimes
+(for the adapter's runtime executor, autovm/runtime_executor.py) and the memory pools behind
+autovm.allocator. Every call's status is checked; a failure raises LibraryError with the
+function's name and autovm_last_error().
 """
 import ctypes
 import os
@@ -10,7 +9,7 @@ import os
 from . import locate
 from .errors import LibraryError, ToolNotFoundError
 
-API_VERSION = 1  # AUTOVM_API_VERSION of the header this binding follows
+API_VERSION = 2  # AUTOVM_API_VERSION of the header this binding follows
 
 TENSOR_KINDS = ("input", "label", "parameter", "buffer", "gradient", "optimizer_state",
                 "activation", "activation_grad", "workspace")
@@ -52,6 +51,31 @@ class PoolStats(ctypes.Structure):
         "failed_allocations", "last_failed_bytes", "released_bytes")]
 
 
+class RuntimeOptions(ctypes.Structure):
+    _fields_ = [("backend", ctypes.c_int), ("budget_bytes", ctypes.c_int64),
+                ("strict", ctypes.c_int), ("host_arena_cap_bytes", ctypes.c_int64),
+                ("mechanism", ctypes.c_int), ("mode", ctypes.c_int), ("device", ctypes.c_int),
+                ("free_margin_bytes", ctypes.c_int64), ("allow_oversubscribe", ctypes.c_int),
+                ("layout", ctypes.c_int), ("memory", ctypes.c_int)]
+
+
+class RuntimeStats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int64) for name in (
+        "bytes_to_host", "bytes_to_device", "evictions", "prefetches", "discards", "recomputes",
+        "advises", "resident_bytes", "peak_resident_bytes", "violations", "training_steps",
+        "initial_offload_bytes")] + [
+        ("accounting_only", ctypes.c_int), ("stall_us", ctypes.c_double),
+        ("late_prefetches", ctypes.c_int64), ("measured_waits", ctypes.c_int64),
+        ("memory_bytes", ctypes.c_int64), ("unbound_actions", ctypes.c_int64),
+        ("unbound_bytes", ctypes.c_int64)]
+
+
+BACKENDS = {"host": 0, "cuda": 1}
+MECHANISMS = {"plan": 0, "prefetch": 1, "staged": 2, "mapped": 3}
+MODES = {"plan": 0, "demand_paging": 1, "resident": 2}
+MEMORY_TRAINER = 1
+
+
 def library_path(path=None):
     """(libautovm's path, how it was found): `path`, else the search of autovm/locate.py."""
     return locate.library(path)
@@ -88,6 +112,15 @@ class Library:
             "autovm_plan_action_info": ([P, ctypes.c_int64, ctypes.POINTER(ActionInfo)],
                                         ctypes.c_int),
             "autovm_cuda_built": ([], ctypes.c_int),
+            "autovm_runtime_options_init": ([ctypes.POINTER(RuntimeOptions)], ctypes.c_int),
+            "autovm_runtime_create": ([P, ctypes.POINTER(RuntimeOptions), ctypes.POINTER(P)],
+                                      ctypes.c_int),
+            "autovm_runtime_free": ([P], None),
+            "autovm_step_begin": ([P, ctypes.c_int64, P], ctypes.c_int),
+            "autovm_step_end": ([P, ctypes.c_int64, P], ctypes.c_int),
+            "autovm_tensor_bind": ([P, ctypes.c_int32, P, ctypes.c_int64], ctypes.c_int),
+            "autovm_runtime_stats": ([P, ctypes.POINTER(RuntimeStats)], ctypes.c_int),
+            "autovm_runtime_stats_reset": ([P], ctypes.c_int),
             "autovm_pool_options_init": ([ctypes.POINTER(PoolOptions)], ctypes.c_int),
             "autovm_torch_configure": ([ctypes.POINTER(PoolOptions)], ctypes.c_int),
             "autovm_torch_pool": ([ctypes.POINTER(P)], ctypes.c_int),

@@ -52,6 +52,10 @@ from .errors import (AutoVMError, BatchMismatchError, HookOrderError, ModelMisma
 from .planner import optimizer_kind
 
 MOVABLE_KINDS = ("activation", "input")  # what saved-tensor hooks can move
+# What executor="runtime" binds (runtime_executor.py); activation gradients, workspaces and the
+# label stay where PyTorch puts them.
+RUNTIME_KINDS = ("activation", "input", "parameter", "buffer", "gradient", "optimizer_state")
+EXECUTORS = ("copy", "runtime")
 # ONNX ops the adapter can run again from what autograd saved (autovm-plan --recompute-ops).
 REPLAYABLE_OPS = ("Add", "BatchNormalization", "Conv", "MaxPool", "Relu")
 _POOL_SLICE_BYTES = 64 << 20  # max pooling's replay: int64 indices of one slice of the batch
@@ -208,11 +212,17 @@ class _Step:
 class Attachment:
     """Returned by attach(); a context manager. `stats` says what moved."""
 
-    def __init__(self, model, optimizer, plan, unrealized="warn", memory_limit=None):
+    def __init__(self, model, optimizer, plan, unrealized="warn", memory_limit=None,
+                 executor="copy", runtime_mode="plan", runtime_backend="cuda"):
         import torch
 
         if unrealized not in ("warn", "error", "ignore"):
             raise ValueError("unrealized: 'warn', 'error' or 'ignore'")
+        if executor not in EXECUTORS:
+            raise ValueError(f"executor: one of {', '.join(EXECUTORS)}, not {executor!r}")
+        self.executor = executor
+        self._movable = MOVABLE_KINDS if executor == "copy" else RUNTIME_KINDS
+        self.runtime = None  # the RuntimeExecutor of executor="runtime"
         self.torch = torch
         self._int64 = torch.int64
         ddp = _ddp_class()
@@ -249,6 +259,9 @@ class Attachment:
         self._map_model()
         self._check_optimizer()
         self._schedule()
+        if executor == "runtime":
+            from .runtime_executor import make_runtime
+            self.runtime = make_runtime(plan, runtime_mode, runtime_backend)
         opt_steps = [st["id"] for st in self.plan.steps if st["phase"] == "optimizer"]
         self.first_optimizer_step = min(opt_steps) if opt_steps else len(self.plan.steps)
         if warning:
@@ -278,7 +291,7 @@ class Attachment:
                 self.unrealized.append(("discard", t["kind"], t["name"], a["bytes"]))
         for a in p.actions:
             t = p.tensors[a["tensor"]]
-            if a["kind"] in ("evict", "prefetch") and t["kind"] not in MOVABLE_KINDS:
+            if a["kind"] in ("evict", "prefetch") and t["kind"] not in self._movable:
                 self.unrealized.append((a["kind"], t["kind"], t["name"], a["bytes"]))
         if self.unrealized and unrealized != "ignore":
             kinds = {}
@@ -431,9 +444,10 @@ class Attachment:
     def _schedule(self):
         p = self.plan
         mv = [a for a in p.actions if p.tensors[a["tensor"]]["kind"] in MOVABLE_KINDS]
-        self.evicts = sorted((a for a in mv if a["kind"] == "evict"),
+        copies = self.executor == "copy"  # executor="runtime": libautovm moves the bytes
+        self.evicts = sorted((a for a in mv if a["kind"] == "evict" and copies),
                              key=lambda a: a["after_step"])
-        self.prefetches = sorted((a for a in mv if a["kind"] == "prefetch"),
+        self.prefetches = sorted((a for a in mv if a["kind"] == "prefetch" and copies),
                                  key=lambda a: a["after_step"])
         self.discards = sorted((a for a in mv if a["kind"] == "discard"
                                 and a["tensor"] not in self.kept), key=lambda a: a["after_step"])
@@ -521,6 +535,10 @@ class Attachment:
                 self._hooks.append(m.register_forward_pre_hook(self._make_pre(name)))
                 self._hooks.append(m.register_forward_hook(self._make_post(name)))
         self._hook_optimizer()
+        if self.runtime is not None:
+            self.runtime.bind_model(root)
+            self._grad_hooks = self.runtime.hook_gradients(root)
+            self._hooks.extend(self._grad_hooks or ())
         self._ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._ctx.__enter__()
         return self
@@ -566,6 +584,8 @@ class Attachment:
         unwrap, self._unwrap_optimizer = getattr(self, "_unwrap_optimizer", None), None
         if unwrap is not None:
             unwrap()
+        if self.runtime is not None:
+            self.runtime.finish_training_step()
         self._step = None
 
     def reset_stats(self):
@@ -609,6 +629,10 @@ class Attachment:
         step = _Step(self, self._steps)
         if x is not None and self.input_tensor is not None:
             step.named[id(x)] = (self.input_tensor["id"], weakref.ref(x), x._version)
+        if self.runtime is not None:
+            self.runtime.start_training_step()  # ends one left unfinished (no optimizer step)
+            if x is not None and self.input_tensor is not None:
+                self.runtime.bind(self._input_id, x)
         self._step = step
         self.stats.training_steps += 1
         self._trace(-1)
@@ -643,6 +667,8 @@ class Attachment:
     def _optimizer_mark(self, done):
         """The optimizer's step starts after the training step's backward and ends the step."""
         last = len(self.plan.steps) - 1
+        if self.runtime is not None:
+            self.runtime.optimizer_boundary(self, done)
         self._time(self._steps, last if done else self.first_optimizer_step - 1)
 
     def time_rows(self):
@@ -743,6 +769,8 @@ class Attachment:
                         f"({p.tensors[main]['bytes']} B): the plan no longer fits this model "
                         "or input; plan again")
                 step.named[id(out)] = (main, weakref.ref(out), out._version)
+                if self.runtime is not None and main not in self.regen_groups:
+                    self.runtime.bind(main, out, made=True)
             for e in step.pending:
                 if e.tid is not None:
                     continue
@@ -777,6 +805,8 @@ class Attachment:
         entry.tid = tid
         entry.exact = exact
         step.by_tid.setdefault(tid, []).append(weakref.ref(entry))
+        if self.runtime is not None and tid not in self.regen_groups:  # recomputed: op replay
+            self.runtime.bind(tid, entry.gpu, made=tid != self._input_id)
 
     # --- saved tensors -------------------------------------------------------------------
 
@@ -851,6 +881,8 @@ class Attachment:
         if pos < step.pos:
             return
         step.pos = pos
+        if self.runtime is not None:
+            self.runtime.advance(pos)
         self._trace(pos)
         self._time(step.index, pos)
         step.ev_i = self._issue(self.evicts, step.ev_i, pos, step.due)
@@ -1158,7 +1190,8 @@ class Attachment:
                                    "to attach(): the plan no longer fits")
 
 
-def attach(model, optimizer, plan, *, unrealized="warn", memory_limit=None):
+def attach(model, optimizer, plan, *, unrealized="warn", memory_limit=None, executor="copy",
+           runtime_mode="plan", runtime_backend="cuda"):
     """Trains `model` under `plan` inside a `with` block (see the package's README).
 
     model: the module, or a DistributedDataParallel wrapping it (then the plan must be made
@@ -1169,10 +1202,16 @@ def attach(model, optimizer, plan, *, unrealized="warn", memory_limit=None):
     'ignore'; those tensors stay on the GPU.
     memory_limit: bytes; PlanFitError when torch.cuda.max_memory_allocated() exceeds it after a
     forward or backward pass (None: no check).
+    executor: "copy" (saved tensors copied to pinned buffers by torch) or "runtime" (libautovm
+    moves the real tensors' pages, runtime_executor.py; needs allocator.install("managed")
+    first); runtime_mode: "plan" or "demand_paging"; runtime_backend: "cuda", or "host" for
+    tests on the CPU.
     """
     from .planfile import Plan
 
     if not isinstance(plan, Plan):
         raise TypeError(f"plan: an autovm.Plan (autovm.plan() or autovm.load_plan()), not "
                         f"{type(plan).__name__}")
-    return Attachment(model, optimizer, plan, unrealized=unrealized, memory_limit=memory_limit)
+    return Attachment(model, optimizer, plan, unrealized=unrealized, memory_limit=memory_limit,
+                      executor=executor, runtime_mode=runtime_mode,
+                      runtime_backend=runtime_backend)

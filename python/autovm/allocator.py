@@ -83,7 +83,7 @@ def install(memory="managed", capacity_bytes=0, allow_oversubscribe=False, devic
         raise AutoVMError(f"cannot install the autovm allocator: {e}. Install it before the "
                           "first CUDA tensor (and before torch.cuda.set_device or "
                           "current_device, which start PyTorch's allocator)") from None
-    _state.update(lib=lib, mode="global", hooks=hooks)
+    _state.update(lib=lib, mode="global", hooks=hooks, memory=memory)
 
 
 def install_mempool(memory="managed", capacity_bytes=0, allow_oversubscribe=False, device=0,
@@ -98,13 +98,23 @@ def install_mempool(memory="managed", capacity_bytes=0, allow_oversubscribe=Fals
     hooks = torch.cuda.memory.CUDAPluggableAllocator(lib.path, "autovm_torch_segment_alloc",
                                                      "autovm_torch_free")
     pool = torch.cuda.MemPool(hooks.allocator())
-    _state.update(lib=lib, mode="mempool", hooks=hooks, mempool=pool)
+    _state.update(lib=lib, mode="mempool", hooks=hooks, mempool=pool, memory=memory)
     return pool
 
 
 def installed():
     """"global", "mempool" or None."""
     return _state["mode"]
+
+
+def memory():
+    """"managed", "vmm" or None (not installed)."""
+    return _state.get("memory")
+
+
+def library():
+    """The installed pool's libautovm (autovm._lib.Library), or None."""
+    return _state["lib"]
 
 
 def _pool():

@@ -185,6 +185,105 @@ TEST_CASE("a tensor bound to the trainer's own managed memory is moved there, ev
   run(AUTOVM_MECHANISM_MAPPED, AUTOVM_MODE_PLAN, 2, true);
 }
 
+// The trainer's memory (AUTOVM_MEMORY_TRAINER): no arena. One managed range holds a, b and c
+// back to back, as a pool sub-allocates them (sharing 2 MiB blocks); the trainer binds a and b
+// during step 0 of each training step (a at another address each time), leaves c and d
+// unbound: their actions are skipped and their bytes stay where they are.
+int last_prefetch(const void* p, int64_t bytes) {
+  int where = -2;
+  REQUIRE(cudaMemRangeGetAttribute(&where, sizeof where, cudaMemRangeAttributeLastPrefetchLocation,
+                                   p, static_cast<size_t>(bytes)) == cudaSuccess);
+  return where;
+}
+
+TEST_CASE("trainer memory: bound managed ranges are evicted and prefetched, bytes intact") {
+  for (autovm_mode mode : {AUTOVM_MODE_PLAN, AUTOVM_MODE_DEMAND_PAGING}) {
+    CAPTURE(mode);
+    Gpu gpu;
+    autovm_plan* plan = load(make_plan());
+    autovm_runtime_options o = cuda_options(AUTOVM_MECHANISM_PLAN, mode);
+    o.memory = AUTOVM_MEMORY_TRAINER;
+    autovm_runtime* rt = nullptr;
+    REQUIRE_MESSAGE(autovm_runtime_create(plan, &o, &rt) == AUTOVM_OK, autovm_last_error());
+    const int64_t shift = 3 << 20;  // a's second address
+    const int64_t range = kBytes[0] + kBytes[1] + kBytes[2] + shift + 4096;
+    char* base = nullptr;
+    REQUIRE(cudaMallocManaged(reinterpret_cast<void**>(&base), static_cast<size_t>(range)) ==
+            cudaSuccess);
+    cudaMemLocation dev{};
+    dev.type = cudaMemLocationTypeDevice;
+    dev.id = 0;
+    REQUIRE(cudaMemPrefetchAsync(base, static_cast<size_t>(range), dev, 0, gpu.stream) ==
+            cudaSuccess);
+    void* none = reinterpret_cast<void*>(1);
+    REQUIRE(autovm_tensor_pointer(rt, 2, &none) == AUTOVM_OK);
+    CHECK(none == nullptr);  // no arena
+    for (int round = 0; round < 2; ++round) {
+      CAPTURE(round);
+      char* ptr[3];
+      ptr[0] = base + 1024 + (round == 1 ? shift : 0);
+      ptr[1] = ptr[0] + kBytes[0];
+      ptr[2] = ptr[1] + kBytes[1];
+      const uint32_t seed = 500u * static_cast<uint32_t>(round + 1);
+      for (int s = 0; s < 5; ++s) {
+        REQUIRE_MESSAGE(autovm_step_begin(rt, s, gpu.stream) == AUTOVM_OK, autovm_last_error());
+        if (s == 0) {
+          for (int t = 0; t < 2; ++t)
+            REQUIRE_MESSAGE(autovm_tensor_bind(rt, t, ptr[t], kBytes[t]) == AUTOVM_OK,
+                            autovm_last_error());
+          for (int t = 0; t < 3; ++t)
+            REQUIRE(fill_pattern(ptr[t], kBytes[t], seed + t, gpu.stream) == cudaSuccess);
+        }
+        if (s == 2) {  // the runtime's eviction of a is complete before step 2
+          REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
+          CHECK(last_prefetch(ptr[0], kBytes[0]) == cudaCpuDeviceId);
+          CHECK(last_prefetch(ptr[2] + (1 << 20), 4096) != cudaCpuDeviceId);  // c stayed
+        }
+        if (s == 3) {
+          REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
+          if (mode == AUTOVM_MODE_PLAN) CHECK(last_prefetch(ptr[0], kBytes[0]) == 0);
+          REQUIRE(cudaMemsetAsync(gpu.sums, 0, 3 * sizeof(unsigned long long), gpu.stream) ==
+                  cudaSuccess);
+          for (int t = 0; t < 3; ++t)
+            REQUIRE(checksum(ptr[t], kBytes[t], gpu.sums + t, gpu.stream) == cudaSuccess);
+          REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
+          for (int t = 0; t < 3; ++t) {
+            INFO("tensor " << "abc"[t]);
+            CHECK(gpu.sums[t] == pattern_checksum(seed + t, kBytes[t]));
+          }
+        }
+        REQUIRE_MESSAGE(autovm_step_end(rt, s, gpu.stream) == AUTOVM_OK, autovm_last_error());
+      }
+      void* after = nullptr;
+      REQUIRE(autovm_tensor_pointer(rt, 0, &after) == AUTOVM_OK);
+      CHECK(after == nullptr);  // the binding ended with a's lifetime
+    }
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    autovm_stats st;
+    REQUIRE(autovm_runtime_stats(rt, &st) == AUTOVM_OK);
+    CHECK(st.memory_bytes == 0);
+    CHECK(st.evictions == 4);  // a and c, twice: the plan's count
+    // c's evict and prefetch (its evict only, under demand paging) and d's discard, per round.
+    CHECK(st.unbound_actions == (mode == AUTOVM_MODE_PLAN ? 6 : 4));
+    autovm_runtime_free(rt);
+    autovm_plan_free(plan);
+    cudaFree(base);
+  }
+}
+
+TEST_CASE("trainer memory moves only by migration: other mechanisms are refused") {
+  autovm_plan* plan = load(make_plan());
+  for (autovm_mechanism m : {AUTOVM_MECHANISM_STAGED, AUTOVM_MECHANISM_MAPPED}) {
+    autovm_runtime_options o = cuda_options(m);
+    o.memory = AUTOVM_MEMORY_TRAINER;
+    autovm_runtime* rt = nullptr;
+    CHECK(autovm_runtime_create(plan, &o, &rt) == AUTOVM_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(autovm_last_error()).find("migration") != std::string::npos);
+    CHECK(rt == nullptr);
+  }
+  autovm_plan_free(plan);
+}
+
 TEST_CASE("binding memory the mechanism cannot move is refused") {
   autovm_plan* plan = load(make_plan());
   autovm_runtime_options o = cuda_options(AUTOVM_MECHANISM_STAGED);

@@ -1,0 +1,191 @@
+#!/usr/bin/python3
+"""attach(..., executor="runtime") on the CPU (python/autovm/runtime_executor.py): libautovm's
+host backend runs the plan on the real tensors' ranges, bound as they appear. Checks the calls
+the backend makes to the runtime (every plan step begun and ended in order, once per training
+step; what is bound, and when), that training stays bit-identical to plain training while the
+runtime makes the plan's moves on the bound ranges (the host backend counts them and leaves
+the bytes alone, as migration does), and the errors.
+
+usage: test_runtime_executor.py AUTOVM_PLAN LIBAUTOVM
+Prints one line per case and 'N passed, M failed'; exits 1 if any failed.
+"""
+import os
+import sys
+import tempfile
+import traceback
+import warnings
+
+PLAN_EXE, LIB = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+os.environ["AUTOVM_PLAN"], os.environ["AUTOVM_LIB"] = PLAN_EXE, LIB
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "python")]
+
+import torch  # noqa: E402
+
+import autovm  # noqa: E402
+from adapter_models import Tiny, batch, compare, train, twins  # noqa: E402
+
+torch.set_num_threads(min(4, os.cpu_count() or 1))
+results = []
+
+
+def case(name):
+    def run(fn):
+        try:
+            why = fn() or ""
+            ok = not why
+        except Exception as e:
+            ok, why = False, f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"
+        results.append(ok)
+        print(f"{'PASS' if ok else 'FAIL'} {name}" + (f": {why}" if why else ""), flush=True)
+        return fn
+    return run
+
+
+def momentum(m):
+    return torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+
+
+tmp = tempfile.mkdtemp(prefix="autovm-runtime-executor-test-")
+torch.manual_seed(0)
+tiny = Tiny().train()
+x, y = batch(4, 32, 5)
+# Every kind the runtime binds may move; the least budget forces moves of each.
+KINDS = ("input", "parameter", "buffer", "gradient", "optimizer_state", "activation")
+plan = autovm.plan(tiny, x, momentum(tiny), budget="min", movable=KINDS,
+                   out=os.path.join(tmp, "tiny.json"),
+                   extra_args=("--workspace-limit", "4KB"))
+STEPS = len(plan.steps)
+
+
+def run_under_runtime(model, opt, steps=3, mode="plan"):
+    calls = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        att = autovm.attach(model, opt, plan, executor="runtime", runtime_backend="host",
+                            runtime_mode=mode)
+    att.runtime.calls = calls
+    with att:
+        losses = train(model, opt, x, y, steps=steps)
+    return losses, att, calls
+
+
+def by_training_step(calls):
+    """The calls cut after each step_end of the plan's last step."""
+    out, cur = [], []
+    for c in calls:
+        cur.append(c)
+        if c == ("end", STEPS - 1):
+            out.append(cur)
+            cur = []
+    if cur:
+        out.append(cur)
+    return out
+
+
+@case("the plan moves every kind the runtime binds")
+def _():
+    kinds = {plan.tensors[a["tensor"]]["kind"] for a in plan.actions if a["kind"] == "evict"}
+    missing = {"activation", "parameter", "gradient", "optimizer_state"} - kinds
+    return f"the plan evicts no {missing}: {plan.action_counts()}" if missing else ""
+
+
+@case("runtime executor: 3 training steps bit-identical, the plan's moves made on bound ranges")
+def _():
+    a, oa, b, ob = twins(tiny, momentum)
+    la = train(a, oa, x, y)
+    lb, att, _ = run_under_runtime(b, ob)
+    diff = compare(a, la, b, lb)
+    if diff:
+        return f"not bit-identical: {diff}"
+    s = att.runtime.stats()
+    if s["training_steps"] != 3 or s["evictions"] == 0 or s["bytes_to_host"] == 0:
+        return f"the runtime moved nothing: {s}"
+    if s["memory_bytes"] != 0 or s["binds"] == 0:
+        return f"trainer memory expected (no arena, binds made): {s}"
+    if att.stats.evictions or att.stats.bytes_to_host:  # the copy path moved nothing
+        return f"the adapter copied: {att.stats}"
+    print(f"  runtime: {s}")
+    return ""
+
+
+@case("runtime executor: every plan step begun and ended in order, each training step")
+def _():
+    _, _, calls = run_under_runtime(*twins(tiny, momentum)[2:])
+    steps = [c for c in calls if c[0] in ("begin", "end")]
+    want = [(k, s) for _ in range(3) for s in range(STEPS) for k in ("begin", "end")]
+    return "" if steps == want else f"step calls {steps[:12]}... want {want[:12]}..."
+
+
+@case("runtime executor: what is bound, and when")
+def _():
+    _, att, calls = run_under_runtime(*twins(tiny, momentum)[2:])
+    per = by_training_step(calls)
+    if len(per) != 3:
+        return f"{len(per)} training steps of calls"
+    first_begin = calls.index(("begin", 0))
+    at_attach = [c[1] for c in calls[:first_begin] if c[0] == "bind"]
+    params = [n for n, _ in tiny.named_parameters()]
+    buffers = [n for n, _ in tiny.named_buffers()
+               if n in {t["name"] for t in plan.tensors}]
+    # Parameters and buffers once, at attach (persistent), then the input before step 0.
+    if at_attach != params + buffers + ["input"]:
+        return f"bound before the first step: {at_attach}"
+    binds = [[c[1] for c in cs if c[0] == "bind"] for cs in per]
+    for i, names in enumerate(binds):
+        # The module outputs of the forward, each while its call's steps run.
+        for want in ("/conv1/Conv_output_0", "/bn1/BatchNormalization_output_0",
+                     "/conv3/Conv_output_0", "logits"):
+            if not any(n == want for n in names):
+                return f"training step {i}: {want} not bound: {names}"
+        # Gradients every training step (new tensors each step), before the optimizer's step.
+        grads = [n for n in names if n.startswith("grad/")]
+        if sorted(grads) != sorted("grad/" + p for p in params):
+            return f"training step {i}: gradients bound {grads}"
+        # Momentum: made by the first optimizer step, bound once after it (persistent).
+        moments = [n for n in names if n.endswith("/momentum")]
+        if (i == 0) != (len(moments) == len(params)) or (i > 0 and moments):
+            return f"training step {i}: momentum bound {moments}"
+    # A module output is bound after its call's first step has begun, before it ended.
+    calls0 = per[1]
+    at = calls0.index(("bind", "/conv1/Conv_output_0"))
+    conv = next(s["id"] for s in plan.steps if s["node"] == "/conv1/Conv")
+    if ("begin", conv) not in calls0[:at] or ("end", conv) in calls0[:at]:
+        return f"conv1's output bound outside its step {conv}: {calls0[:at + 1]}"
+    return ""
+
+
+@case("runtime executor: actions of tensors not bound are skipped and counted")
+def _():
+    _, att, _ = run_under_runtime(*twins(tiny, momentum)[2:], steps=1)
+    s = att.runtime.stats()
+    # The first step's momentum does not exist before the optimizer makes it: its offload at
+    # step_begin(0) and prefetch are skipped.
+    moved = {plan.tensors[a["tensor"]]["name"] for a in plan.actions
+             if a["kind"] == "prefetch"}
+    moments = [n for n in moved if n.endswith("/momentum")]
+    if not moments or s["unbound_actions"] < len(moments):
+        return f"{len(moments)} momentum prefetches, {s['unbound_actions']} skipped: {s}"
+    return ""
+
+
+@case("errors: executor='runtime' on CUDA without the allocator; an unknown executor")
+def _():
+    try:
+        autovm.attach(tiny, momentum(tiny), plan, executor="runtime")
+        return "no error without allocator.install"
+    except autovm.AutoVMError as e:
+        if "allocator.install('managed')" not in str(e):
+            return f"message: {e}"
+    try:
+        autovm.attach(tiny, momentum(tiny), plan, executor="bytes")
+        return "no error for an unknown executor"
+    except ValueError as e:
+        if "copy, runtime" not in str(e):
+            return f"message: {e}"
+    return ""
+
+
+failed = results.count(False)
+print(f"{len(results) - failed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
