@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Real training with libautovm as the executor, on one CUDA GPU, against plain PyTorch, the
+adapter's copy path and "default unified memory".
+
+VGG-19 and ResNet-50 at batch 256, fp32, 224x224, SGD with momentum 0.9,
+torch.backends.cudnn.deterministic = True (benchmark off); per model, one process each for:
+  plain     plain PyTorch on its caching allocator
+  copy      autovm.attach(executor="copy") under the activations-only plan at 50 % of plain's
+            peak (tools/bench/data/pytorch/plans: autovm_half; where that budget is below what
+            moving activations can reach, the least that can)
+  runtime   autovm.allocator.install("managed") and autovm.attach(executor="runtime") in mode
+            PLAN under a plan moving every kind the runtime binds, at 50 % of plain's peak or,
+            where no plan fits that, at the least budget that works (autovm-plan --budget min)
+  demand    the same, in mode DEMAND_PAGING: the runtime evicts at the plan's points (pages to
+            the host by migration) and never prefetches, so pages fault back when a kernel
+            touches them. This emulates default unified memory under a budget without
+            oversubscribing the shared card; its victims are chosen with the plan's full
+            knowledge, so it is no harsher than the driver's own eviction would be.
+The managed pool's capacity is --pool-capacity (never more than the card has free, less a
+margin); budgets are the runtime's accounting, never real oversubscription.
+Per configuration: the step time (median of steps 3-10: the first two are warm-up; demand
+paging stops early after --demand-seconds, at least 3 steps), every loss as float.hex, the
+runtime's stats (peak resident bytes against the budget, moves, skipped actions) and the
+device memory cudaMemGetInfo says is used. One JSON to --out ($OUT/runtime_training.json on
+the device) and a printed table; losses are compared with plain's, bit for bit.
+
+  # here (autovm-plan runs on the CPU only):
+  /usr/bin/python3 tools/bench/runtime_training.py --make-plans tools/bench/data/runtime-loop/plans
+  # on the GPU machine:
+  python3 tools/bench/runtime_training.py --plans-dir tools/bench/data/runtime-loop/plans \\
+      --copy-plans-dir tools/bench/data/pytorch/plans --lib build/runtime/libautovm.so.1 \\
+      --out $OUT/runtime_training.json
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, HERE)
+
+from pytorch_compare import BATCH, MEASURED, RESOLUTION, build, make_optimizer  # noqa: E402
+
+MODELS = ("vgg19", "resnet50")
+CONFIGS = ("plain", "copy", "runtime", "demand")
+RUNTIME_KINDS = ("input", "parameter", "buffer", "gradient", "optimizer_state", "activation")
+
+
+def runtime_plan_path(d, name):
+    return os.path.join(d, f"{name}-b{BATCH}-runtime.json")
+
+
+def make_plans(d, names, planner, lib):
+    import torch
+
+    import autovm
+
+    os.makedirs(d, exist_ok=True)
+    manifest = {}
+    for name in names:
+        model = build(name)
+        example = torch.randn(1, 3, RESOLUTION, RESOLUTION).expand(BATCH, -1, -1, -1)
+        asked = int(MEASURED[name]["plain"] * 0.5)
+        out = runtime_plan_path(d, name)
+        kw = dict(planner=planner, lib=lib, movable=RUNTIME_KINDS, out=out)
+        t0 = time.monotonic()
+        note = None
+        try:
+            p = autovm.plan(model, example, make_optimizer(model), budget=asked, **kw)
+        except autovm.PlannerError as e:
+            if e.exit_code != 6:
+                raise
+            p = autovm.plan(model, example, make_optimizer(model), budget="min", **kw)
+            note = (f"{asked / 1e9:.2f} GB (50 % of plain's peak) fits no plan; planned at the "
+                    f"least budget, {p.requested_budget_bytes / 1e9:.2f} GB")
+        manifest[name] = {"file": os.path.basename(out), "asked_budget_bytes": asked,
+                          "budget_bytes": p.requested_budget_bytes,
+                          "planner_budget_bytes": p.budget_bytes, "note": note,
+                          "movable": list(RUNTIME_KINDS),
+                          "predicted_step_time_us": p.prediction.get("step_time_us"),
+                          "bound_us": p.prediction.get("bound_us"),
+                          "actions": {f"{k[0]} {k[1]}": v
+                                      for k, v in sorted(p.action_counts().items())}}
+        print(f"{name}: {manifest[name]} ({time.monotonic() - t0:.0f} s)", flush=True)
+    tmp = os.path.join(d, "manifest.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, os.path.join(d, "manifest.json"))
+
+
+def run_one(name, config, args):
+    """One configuration, in this process (the allocator is installed once a process)."""
+    import torch
+
+    import autovm
+    from autovm import allocator
+
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    result = {"model": name, "config": config, "batch": BATCH}
+    if config in ("runtime", "demand"):
+        allocator.install("managed", capacity_bytes=args.pool_capacity, lib_path=args.lib)
+    dev = torch.device("cuda")
+    model = build(name).to(dev)
+    opt = make_optimizer(model)
+    g = torch.Generator(device="cpu").manual_seed(1)
+    x = torch.randn(BATCH, 3, RESOLUTION, RESOLUTION, generator=g).to(dev)
+    y = torch.randint(0, 1000, (BATCH,), generator=g).to(dev)
+    att = None
+    if config == "copy":
+        path = os.path.join(args.copy_plans_dir, f"{name}-b{BATCH}-autovm_half.json")
+        plan = autovm.load_plan(path, lib=args.lib)
+        att = autovm.attach(model, opt, plan, unrealized="ignore")
+        result.update(plan=os.path.basename(path), planner_budget_bytes=plan.budget_bytes)
+    elif config in ("runtime", "demand"):
+        path = runtime_plan_path(args.plans_dir, name)
+        plan = autovm.load_plan(path, lib=args.lib)
+        att = autovm.attach(model, opt, plan, unrealized="ignore", executor="runtime",
+                            runtime_mode="plan" if config == "runtime" else "demand_paging")
+        result.update(plan=os.path.basename(path), planner_budget_bytes=plan.budget_bytes,
+                      predicted_step_time_ms=plan.prediction.get("step_time_us", 0) / 1e3,
+                      bound_ms=plan.prediction.get("bound_us", 0) / 1e3)
+    times, losses = [], []
+    started = time.monotonic()
+    torch.cuda.synchronize()
+    ctx = att if att is not None else _null()
+    with allocator.out_of_memory_errors(), ctx:
+        for i in range(args.steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+            losses.append(float(loss.item()).hex())
+            if (config == "demand" and i >= 2
+                    and time.monotonic() - started > args.demand_seconds):
+                break
+    free, total = torch.cuda.mem_get_info()
+    measured = times[2:] or times
+    result.update(steps=len(times), step_ms=statistics.median(measured) * 1e3,
+                  step_ms_all=[t * 1e3 for t in times], losses=losses,
+                  cuda_used_bytes=total - free, device=torch.cuda.get_device_name(),
+                  torch=torch.__version__)
+    if config == "plain" or config == "copy":
+        result["max_memory_allocated"] = torch.cuda.max_memory_allocated()
+    if att is not None and att.runtime is not None:
+        result["runtime"] = att.runtime.stats()
+        result["budget_bytes"] = plan.budget_bytes
+        result["pool"] = allocator.stats()
+    if att is not None:
+        result["adapter"] = att.stats.as_dict()
+    return result
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--make-plans", metavar="DIR")
+    ap.add_argument("--planner")
+    ap.add_argument("--lib")
+    ap.add_argument("--plans-dir", default=os.path.join(HERE, "data", "runtime-loop", "plans"))
+    ap.add_argument("--copy-plans-dir", default=os.path.join(HERE, "data", "pytorch", "plans"))
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--demand-seconds", type=float, default=40.0)
+    ap.add_argument("--pool-capacity", type=int, default=40 << 30)
+    ap.add_argument("--config-timeout", type=float, default=150.0)
+    ap.add_argument("--out")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # MODEL/CONFIG: run it here, JSON to stdout
+    args = ap.parse_args()
+    models = args.models.split(",")
+    if args.make_plans:
+        make_plans(args.make_plans, models, args.planner, args.lib)
+        return 0
+    if args.one:
+        name, config = args.one.split("/")
+        print("RESULT " + json.dumps(run_one(name, config, args)), flush=True)
+        return 0
+    results = []
+    for name in models:
+        for config in args.configs.split(","):
+            cmd = [sys.executable] + sys.argv + ["--one", f"{name}/{config}"]
+            t0 = time.monotonic()
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True,
+                                      timeout=args.config_timeout)
+                out, err, rc = proc.stdout, proc.stderr, proc.returncode
+            except subprocess.TimeoutExpired as e:
+                out, err, rc = e.stdout or "", (e.stderr or "") + "\n(timed out)", "timeout"
+                out, err = (out.decode() if isinstance(out, bytes) else out,
+                            err.decode() if isinstance(err, bytes) else err)
+            line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+            if not line:
+                r = {"model": name, "config": config, "error": err[-3000:], "rc": rc}
+            else:  # a failure at exit, after the result, is recorded beside it
+                r = json.loads(line[-1][len("RESULT "):])
+                r["rc"] = rc
+            r["wall_s"] = time.monotonic() - t0
+            results.append(r)
+            print(summary(r, results), flush=True)
+    doc = {"script": "tools/bench/runtime_training.py", "host": platform.node(),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "results": results}
+    if args.out:
+        tmp = args.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1)
+        os.replace(tmp, args.out)
+    return 0
+
+
+def summary(r, results):
+    if "error" in r:
+        return f"{r['model']:9} {r['config']:8} ERROR {r['error'][-600:]}"
+    plain = next((p for p in results if p["model"] == r["model"] and p["config"] == "plain"
+                  and "losses" in p), None)
+    n = min(len(r["losses"]), len(plain["losses"])) if plain else 0
+    same = plain is not None and r["losses"][:n] == plain["losses"][:n]
+    text = (f"{r['model']:9} {r['config']:8} {r['step_ms']:9.1f} ms ({r['steps']} steps) "
+            f"losses {'bit-identical' if same else 'DIFFER'} to plain ({n}); "
+            f"cudaMemGetInfo used {r['cuda_used_bytes'] / 1e9:.2f} GB")
+    r["losses_identical_to_plain"] = same
+    if "max_memory_allocated" in r:
+        text += f", max_memory_allocated {r['max_memory_allocated'] / 1e9:.2f} GB"
+    if "runtime" in r:
+        s = r["runtime"]
+        text += (f", runtime peak resident {s['peak_resident_bytes'] / 1e9:.2f} GB of budget "
+                 f"{r['budget_bytes'] / 1e9:.2f} GB, violations {s['violations']}, "
+                 f"{s['bytes_to_host'] / 1e9:.1f} GB out, {s['bytes_to_device'] / 1e9:.1f} GB in, "
+                 f"skipped {s['unbound_actions']}, stall {s['stall_us'] / 1e3:.0f} ms")
+    return text
+
+
+if __name__ == "__main__":
+    sys.exit(main())
