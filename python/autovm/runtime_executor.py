@@ -236,9 +236,10 @@ class RuntimeExecutor:
         for name, q in model.named_parameters():
             if not hasattr(q, "register_post_accumulate_grad_hook"):
                 return None
-            key = "grad/" + name
-            handles.append(q.register_post_accumulate_grad_hook(
-                lambda p, key=key: self.bind_name(key, p.grad)))
+
+            def hook(p, key="grad/" + name):  # must return None
+                self.bind_name(key, p.grad)
+            handles.append(q.register_post_accumulate_grad_hook(hook))
         return handles
 
     def bind_optimizer_state(self, model, optimizer):

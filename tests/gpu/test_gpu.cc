@@ -237,7 +237,7 @@ TEST_CASE("trainer memory: bound managed ranges are evicted and prefetched, byte
         if (s == 2) {  // the runtime's eviction of a is complete before step 2
           REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
           CHECK(last_prefetch(ptr[0], kBytes[0]) == cudaCpuDeviceId);
-          CHECK(last_prefetch(ptr[2] + (1 << 20), 4096) != cudaCpuDeviceId);  // c stayed
+          CHECK(last_prefetch(ptr[2] + (128 << 10), 4096) != cudaCpuDeviceId);  // c stayed
         }
         if (s == 3) {
           REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
