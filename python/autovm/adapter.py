@@ -21,6 +21,11 @@ Pieces, in the order a training step meets them:
   discard: the entry gives up its GPU tensor, no copy; recompute: the chain runs on the compute
   stream) and evicted entries whose ready_before_step - 1 <= pos give up their GPU tensor.
 
+Executors: "copy" (the default) moves saved tensors itself, as above; "runtime" leaves every
+move to libautovm (runtime_executor.py): the boundaries begin and end the runtime's steps, the
+tensors named here are bound to the plan, and the copy path's evictions and prefetches are off
+(discards and recomputes stay the adapter's).
+
 Recomputation (plans made with autovm-plan --recompute-ops, a subset of REPLAYABLE_OPS): a
 recompute action's source step is replayed with the functional form of its op (batch norm in
 training mode with the batch's statistics and no running ones, which the forward already
