@@ -43,22 +43,22 @@ and its indices runs the pooling once for the two, as the planner times it.
 
 The modules, one job each (each one's docstring says what it owns and assumes):
   adapter.py    attach() and Attachment, which composes the parts below: the checks of plan,
-                model and optimizer, the schedule of the plan's actions, the boundaries, the
-                copies of evictions and prefetches
+                model and optimizer, the schedule of the plan's actions, the boundaries
   hooks.py      module, autograd node, saved-tensor and optimizer hooks (_Hooks)
   matching.py   real tensors and module calls to plan tensors and steps (_Matching)
   replay.py     discards and recompute chains, op replay (_Replay)
+  copy_path.py  the copy backend: the bytes of evictions and prefetches (CopyPath)
   trace.py      Stats, memory and time traces (_Trace)
   state.py      a training step's state: _Step, _Entry, _Packed
 """
 import warnings
 
+from .copy_path import CopyPath
 from .errors import AutoVMError, OptimizerMismatchError, PlanFitError
 from .hooks import _Hooks
 from .matching import BUCKET_PREFIX, MOVABLE_KINDS, _Matching, onnx_scope  # noqa: F401
 from .planner import optimizer_kind
 from .replay import REPLAYABLE_OPS, _Replay
-from .state import _MODIFIED
 from .trace import Stats, _Trace
 
 
@@ -108,7 +108,7 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
         self._ctx = None
         self._step = None   # the step whose forward is running
         self._steps = 0
-        self._streams = {}
+        self.copies = CopyPath(torch)  # the copy backend (copy_path.py)
         self._check_data_parallel()
         warning = self._check_plan(unrealized)
         self._map_model()
@@ -261,14 +261,16 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
                 still.append(a)
                 continue
             for e in entries:
-                if self._evict(e):
+                if self.copies.evict(e):
+                    self.stats.evictions += 1
+                    self.stats.bytes_to_host += e.nbytes
                     step.releasing.append((a["ready_before_step"], e))
         step.due = still
         self._discard_due(step, pos)
         keep = []
         for ready, e in step.releasing:
             if ready - 1 <= pos:
-                self._release(e)
+                self.copies.release(e)
             else:
                 keep.append((ready, e))
         step.releasing = keep
@@ -304,72 +306,9 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
         self.stats.missed_discards += len(step.discards_due)
         step.discards_due = []
 
-    # --- the copies -------------------------------------------------------------------
-
-    def _cuda(self, device):
-        return device.type == "cuda"
-
-    def _copy_streams(self, device):
-        s = self._streams.get(device)
-        if s is None:
-            torch = self.torch
-            s = (torch.cuda.Stream(device=device), torch.cuda.Stream(device=device))
-            self._streams[device] = s
-        return s  # (device to host, host to device)
-
-    def _evict(self, e):
-        torch = self.torch
-        g = e.gpu
-        if g is None or e.cpu is not None:
-            return False
-        if g._version != e.version:
-            raise AutoVMError(_MODIFIED.format(tuple(e.size)))
-        if not (g.is_contiguous() or g.is_contiguous(memory_format=torch.channels_last)):
-            return False  # not dense: a copy would not free its storage
-        if self._cuda(e.device):
-            d2h, _ = self._copy_streams(e.device)
-            ready = torch.cuda.Event()
-            ready.record(torch.cuda.current_stream(e.device))
-            d2h.wait_event(ready)
-            cpu = torch.empty_strided(e.size, e.stride, dtype=e.dtype, device="cpu",
-                                      pin_memory=True)
-            with torch.cuda.stream(d2h):
-                cpu.copy_(g, non_blocking=True)
-                e.d2h = torch.cuda.Event()
-                e.d2h.record(d2h)
-        else:
-            cpu = torch.empty_strided(e.size, e.stride, dtype=e.dtype, device="cpu")
-            cpu.copy_(g)
-        e.cpu = cpu
-        self.stats.evictions += 1
-        self.stats.bytes_to_host += e.nbytes
-        return True
-
-    def _release(self, e):
-        if e.gpu is None or e.cpu is None:
-            return
-        if e.d2h is not None:
-            # The compute stream passes this point only once the copy is done, so memory the
-            # caching allocator hands out again after the free below is never still being read.
-            self.torch.cuda.current_stream(e.device).wait_event(e.d2h)
-            e.d2h = None
-        e.gpu = None
-
     def _prefetch(self, e):
-        torch = self.torch
-        g = torch.empty_strided(e.size, e.stride, dtype=e.dtype, device=e.device)
-        if self._cuda(e.device):
-            _, h2d = self._copy_streams(e.device)
-            ready = torch.cuda.Event()
-            ready.record(torch.cuda.current_stream(e.device))  # g's block may be in use there
-            h2d.wait_event(ready)
-            with torch.cuda.stream(h2d):
-                g.copy_(e.cpu, non_blocking=True)
-                e.h2d = torch.cuda.Event()
-                e.h2d.record(h2d)
-        else:
-            g.copy_(e.cpu)
-        e.gpu = g
+        """The copy backend's copy back of evicted entry e, counted."""
+        self.copies.prefetch(e)
         self.stats.bytes_to_device += e.nbytes
 
     def _check_memory(self, where):

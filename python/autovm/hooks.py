@@ -10,7 +10,8 @@ _Hooks is a part of Attachment (adapter.py); it owns
   parameters, buffers and views of them stay as they are) and _unpack (the entry's tensor on
   the GPU again: waits for its copy back, copies it back late, or regenerates it);
 - the marks for time_trace around the optimizer's step.
-It assumes the model's map (matching.py) and the schedule (adapter.py) are made.
+It assumes the model's map (matching.py), the schedule (adapter.py) and the copy backend
+(Attachment.copies) are made.
 """
 import weakref
 
@@ -239,12 +240,8 @@ class _Hooks:
             self._prefetch(e)
             self.stats.late_prefetches += 1
         g = e.gpu
-        if e.h2d is not None:
-            self.torch.cuda.current_stream(e.device).wait_event(e.h2d)
-            e.h2d = None
-        if e.d2h is not None:  # unpacked before its eviction was released
-            self.torch.cuda.current_stream(e.device).wait_event(e.d2h)
-            e.d2h = None
+        self.copies.wait_copy_back(e)
+        self.copies.wait_copy_out(e)  # unpacked before its eviction was released
         e.uses -= 1
         if e.uses <= 0 and e.cpu is not None:
             e.gpu = None  # the host copy stays for a second backward (retain_graph)

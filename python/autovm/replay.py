@@ -9,8 +9,8 @@ _Replay is a part of Attachment (adapter.py); it owns
 - running a group on the compute stream, once a training step (_run_group), at its boundary or
   late, at unpack (_regenerate); each op in its functional form (_replay, _max_pool) from the
   temporaries made before it and the tensors autograd saved (_chain_input).
-It assumes the model's map (matching.py) and Attachment's kept, discards, stats and _prefetch
-(the copy back of an evicted entry) are set.
+It assumes the model's map (matching.py) and Attachment's kept, discards, stats, copies and
+_prefetch (the copy backend's copy back, counted) are set.
 """
 import collections
 
@@ -176,9 +176,7 @@ class _Replay:
                 self._prefetch(e)
                 self.stats.late_prefetches += 1
             if e.gpu is not None:
-                if e.h2d is not None:
-                    self.torch.cuda.current_stream(e.device).wait_event(e.h2d)
-                    e.h2d = None
+                self.copies.wait_copy_back(e)
                 return e.gpu
         p = self.plan
         raise AutoVMError(f"recomputing {p.tensors[action['tensor']]['name']} needs "

@@ -3,8 +3,8 @@
 - _Entry: one saved tensor, shared by every op that saves it. Its fields belong to the parts
   of the adapter: tid and exact to matching.py (which plan tensor it is; matched by identity or
   by size and order); regen to replay.py (the chain group that makes it again after a
-  discard); gpu, cpu, d2h and h2d to the copies (Attachment._evict, _release, _prefetch: the
-  tensor autograd gets back, the host copy, the copies to host and back in flight). The rest is what autograd saved
+  discard); gpu, cpu, d2h and h2d to the copy backend (copy_path.py: the tensor autograd gets
+  back, the host copy, the copies to host and back in flight). The rest is what autograd saved
   (size, stride, dtype, device, nbytes, version) and how many ops saved it (uses).
 - _Packed: what autograd keeps instead of a saved tensor (its entry and its _Step).
 - _Step: one forward pass and its backward: hook order, names, the plan's actions issued.
