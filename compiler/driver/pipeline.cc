@@ -49,6 +49,7 @@ Prediction predict(const std::string& policy, const SimResult& sim, int64_t resi
   p.bytes_to_host = sim.bytes_to_host;
   p.bytes_to_device = sim.bytes_to_device;
   p.resident_peak_bytes = resident_peak;
+  p.calibrated = policy == "autovm" || step_time_calibrated(policy);
   return p;
 }
 

@@ -289,6 +289,7 @@ void write_plan_json(const Plan& plan, const std::function<void(std::string_view
     for (const Prediction& b : plan.baselines) {
       w.newline();
       write_prediction(b);
+      w.key("calibrated").value(b.calibrated);
       w.end_object();
     }
     w.end_array();

@@ -168,4 +168,8 @@ BaselinePlan baseline_checkpoint(const TrainingGraph& g, const std::vector<Lifet
   return finish("checkpoint", std::move(actions), g, life);
 }
 
+bool step_time_calibrated(const std::string& policy) {
+  return policy == "no_swap" || policy == "checkpoint";
+}
+
 }  // namespace autovm

@@ -22,6 +22,10 @@
 // by after_step, then in the order generated (by tensor, in forward order).
 // Each returns the actions and the resident peak they reach (which may exceed the budget: the
 // policy then does not fit).
+//
+// Only some of these step-time models have been checked against real training: a baseline's
+// predicted step time is shown (summaries, the inspector) only when step_time_calibrated() says
+// its model came within 1.5x of the measurement. docs/baselines.md has the figures.
 #pragma once
 
 #include <string>
@@ -31,6 +35,10 @@
 #include "plan/residency.h"
 
 namespace autovm {
+
+// Whether `policy`'s predicted step time has been measured to within 1.5x (docs/baselines.md):
+// no_swap and checkpoint. demand_paging, vdnn and save_on_cpu have not.
+bool step_time_calibrated(const std::string& policy);
 
 struct BaselinePlan {
   std::string policy;

@@ -115,6 +115,8 @@ struct Prediction {
   int64_t bytes_to_host = 0;
   int64_t bytes_to_device = 0;
   int64_t resident_peak_bytes = 0;
+  bool calibrated = true;           // baselines: step_time_us's model was checked against
+                                    // measurement (baselines.h, step_time_calibrated)
 };
 
 struct Plan {

@@ -55,6 +55,10 @@ def case_summary():
              "4.10 KB to device (3 prefetches)", "predicted step 74 us", "1.10x no swap (67 us)",
              "1.09x the bound (68 us)", "h200-pcie", "demand_paging", "advise 1",
              "largest tensors off the GPU (2 of 2", "[2, 2] evict/prefetch")
+    # A baseline's step time only where it is calibrated: no_swap's 67 us, not demand paging's.
+    rows = {l.split()[0]: l for l in out.splitlines() if l.startswith("           ") and l.split()}
+    expect("67 us" in rows.get("no_swap", "") and "95" not in rows.get("demand_paging", "-"),
+           f"baseline step times:\n{out}")
     # a (2 KB) is listed before w (1 KB).
     expect(out.index("activation       a") < out.index("parameter        w"), f"not by bytes:\n{out}")
     # Without a prediction: said so; PLAN alone is the summary.

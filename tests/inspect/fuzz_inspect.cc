@@ -2,11 +2,8 @@
 // the verifier, summary, timeline and diff (of the plan with itself), as the subcommands run
 // them. Every failure must be an inspect::Failure; any other exception, a crash or a sanitizer
 // report is a bug. Their output goes to /dev/null.
-// libFuzzer, from the repository root:
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Itools/inspect \
-//     tools/inspect/{common,plan_reader,residency,summary,timeline,verify,diff}.cc \
-//     tests/inspect/fuzz_inspect.cc -lfmt -o fuzz_inspect
-//   mkdir -p corpus && cp tests/inspect/fuzz_corpus/* corpus/ && ./fuzz_inspect -max_len=8192 corpus
+// libFuzzer: a clang build makes tests/inspect/fuzz_inspect (the commands are in
+// runtime/README.md, "Tests"; BENCHMARKS.md, "Robustness", records the runs).
 // Otherwise tests/fuzz_replay.cc runs it over the seeds in fuzz_corpus/.
 #include <cstdint>
 #include <cstdio>

@@ -451,7 +451,7 @@ def _():
 def _():
     att = autovm.adapter.Attachment.__new__(autovm.adapter.Attachment)
     att.torch = torch
-    saved = autovm.adapter._POOL_SLICE_BYTES
+    saved = autovm.replay._POOL_SLICE_BYTES
     try:
         for ceil in (False, True):
             m = torch.nn.MaxPool2d(3, 2, 1, ceil_mode=ceil)
@@ -459,7 +459,7 @@ def _():
             # the bound on one sample's indices: 8 B per input element, 8*33*33 of them;
             # slices of 1, 3 and all 37 samples (the last slice of 3 holds only 1)
             for limit in (1, 3 * 8 * 8 * 33 * 33, 1 << 30):
-                autovm.adapter._POOL_SLICE_BYTES = limit
+                autovm.replay._POOL_SLICE_BYTES = limit
                 if not same(att._max_pool(m, x), m(x)):
                     return f"ceil_mode={ceil}, slice limit {limit} B: other values"
                 want = torch.nn.functional.max_pool2d(x, 3, 2, 1, ceil_mode=ceil,
@@ -467,7 +467,7 @@ def _():
                 if not same(att._max_pool(m, x, indices=True), want):
                     return f"ceil_mode={ceil}, slice limit {limit} B: other indices"
     finally:
-        autovm.adapter._POOL_SLICE_BYTES = saved
+        autovm.replay._POOL_SLICE_BYTES = saved
     return ""
 
 

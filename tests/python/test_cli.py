@@ -217,6 +217,20 @@ with tempfile.TemporaryDirectory() as tmp:
     results.append(ok)
     print(f"{'PASS' if ok else 'FAIL'} VGG-19 b256 min: the pair (57, 89) bound, "
           f"{pred.get('bound_us', 0) / 1e3:.1f} ms >= 251.0")
+    # Baselines (docs/baselines.md): every one is written with "calibrated"; the summary gives a
+    # step time only for no_swap and checkpoint. VGG-19 b256 at 18.4 GB, where all but no_swap fit.
+    r = run(os.path.join(MODELS, "vgg19.onnx"), "--batch", "256", "--optimizer", "momentum",
+            "--budget", "18.4GB", "--device", "h200-pcie")
+    base = json.loads(r.stdout)["statistics"]["baselines"] if r.returncode == 0 else []
+    marks = {b["policy"]: (b["fits"], b.get("calibrated")) for b in base}
+    lines = {l.split()[1]: l for l in r.stderr.splitlines() if l.strip().startswith("baseline")}
+    ok = (marks == {"no_swap": (False, True), "demand_paging": (True, False), "vdnn": (True, False),
+                    "save_on_cpu": (True, False), "checkpoint": (True, True)}
+          and " ms (" in lines.get("checkpoint", "")
+          and all("not modelled" in lines.get(p, "") and " ms" not in lines.get(p, "")
+                  for p in ("demand_paging", "vdnn", "save_on_cpu")))
+    results.append(ok)
+    print(f"{'PASS' if ok else 'FAIL'} baselines: step times printed only where calibrated {marks}")
     # The PyTorch table's hardest row, planned from what the H200 measured (data/h200/README.md):
     # ResNet-50 b256 recomputing at 4,245,208,576 B with PyTorch's memory model. bound(66) (layer2.2's
     # Add) holds 159.0 ms: 1.12 GB of three 822 MB tensors that no chain can make again, so two

@@ -105,6 +105,7 @@ struct Baseline {
   bool fits = false;
   std::optional<double> step_time_us;
   std::optional<int64_t> bytes_to_host, bytes_to_device, resident_peak_bytes;
+  bool calibrated = false;  // step_time_us's model was measured to within 1.5x; absent: false
 };
 
 struct Plan {

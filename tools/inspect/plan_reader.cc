@@ -281,6 +281,7 @@ Baseline read_baseline(const Field& f) {
   b.bytes_to_host = optional_byte_count(f, "bytes_to_host");
   b.bytes_to_device = optional_byte_count(f, "bytes_to_device");
   b.resident_peak_bytes = optional_byte_count(f, "resident_peak_bytes");
+  if (auto c = f.find("calibrated")) b.calibrated = c->boolean();
   return b;
 }
 

@@ -49,8 +49,11 @@ void print_baselines(const Plan& p) {
              "to host", "to device", "resident peak");
   for (const Baseline& b : p.baselines)
     fmt::print("           {:<14} {:<5} {:>10} {:>10} {:>10} {:>14}\n", b.policy,
-               b.fits ? "yes" : "no", b.step_time_us ? format_us(*b.step_time_us) : "-",
+               b.fits ? "yes" : "no",
+               b.step_time_us && b.calibrated ? format_us(*b.step_time_us) : "-",
                bytes(b.bytes_to_host), bytes(b.bytes_to_device), bytes(b.resident_peak_bytes));
+  fmt::print("{:<10} step: only for policies whose model was measured to within 1.5x "
+             "(docs/baselines.md)\n", "");
 }
 
 void print_largest(const Plan& p, const Analysis& a) {
