@@ -50,9 +50,9 @@ tmp = tempfile.mkdtemp(prefix="autovm-runtime-executor-test-")
 torch.manual_seed(0)
 tiny = Tiny().train()
 x, y = batch(4, 32, 5)
-# Every kind the runtime binds may move; the least budget forces moves of each.
-KINDS = ("input", "parameter", "buffer", "gradient", "optimizer_state", "activation")
-plan = autovm.plan(tiny, x, momentum(tiny), budget="min", movable=KINDS,
+# Every kind the runtime binds may move (autovm.RUNTIME_KINDS); the least budget forces moves
+# of each.
+plan = autovm.plan(tiny, x, momentum(tiny), budget="min", movable=autovm.RUNTIME_KINDS,
                    out=os.path.join(tmp, "tiny.json"),
                    extra_args=("--workspace-limit", "4KB"))
 STEPS = len(plan.steps)
