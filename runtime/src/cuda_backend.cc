@@ -79,8 +79,11 @@ class CudaBackend final : public Backend {
     }
     if (options_.trainer_memory && options_.mechanism != AUTOVM_MECHANISM_PREFETCH)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
-                  std::string("the trainer's memory moves only by migration (the prefetch "
-                              "mechanism), not by the ") + name(options_.mechanism) + " mechanism");
+                  std::string("autovm_runtime_create: with memory AUTOVM_MEMORY_TRAINER the "
+                              "trainer's tensors move only by migration, not by the ") +
+                      name(options_.mechanism) +
+                      " mechanism (it writes into ranges the trainer may have reused); use "
+                      "mechanism AUTOVM_MECHANISM_PREFETCH or AUTOVM_MECHANISM_PLAN");
     try {
       select_device();
       if (!options_.trainer_memory) {  // else only the ranges the trainer binds
