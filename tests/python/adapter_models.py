@@ -189,3 +189,26 @@ def train_with(model, optimizer, x, target, loss_fn, steps=3, seed=7, autocast=N
         optimizer.step()
         losses.append(loss.detach().clone())
     return losses
+
+
+class UNet3d(nn.Module):
+    """One level down and up in 3-D: Conv3d, BatchNorm3d, in-place ReLU, MaxPool3d,
+    ConvTranspose3d, a concatenated skip connection, a per-voxel head."""
+
+    def __init__(self, width=4, classes=2):
+        super().__init__()
+        c = width
+        self.conv1 = nn.Conv3d(1, c, 3, padding=1)
+        self.bn1 = nn.BatchNorm3d(c)
+        self.relu = nn.ReLU(inplace=True)
+        self.pool = nn.MaxPool3d(2)
+        self.conv2 = nn.Conv3d(c, 2 * c, 3, padding=1)
+        self.bn2 = nn.BatchNorm3d(2 * c)
+        self.up = nn.ConvTranspose3d(2 * c, c, 2, stride=2)
+        self.conv3 = nn.Conv3d(2 * c, c, 3, padding=1)
+        self.head = nn.Conv3d(c, classes, 1)
+
+    def forward(self, x):
+        e = self.relu(self.bn1(self.conv1(x)))
+        m = self.relu(self.bn2(self.conv2(self.pool(e))))
+        return self.head(self.relu(self.conv3(torch.cat([self.up(m), e], 1))))

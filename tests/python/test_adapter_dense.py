@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import autovm  # noqa: E402
-from adapter_models import (GroupNormNet, UNet, compare, dice_loss, pixel_batch,  # noqa: E402
+from adapter_models import (GroupNormNet, UNet, UNet3d, compare, dice_loss, pixel_batch,  # noqa: E402
                             pixel_cross_entropy, train_with, twins)
 
 torch.set_num_threads(min(4, os.cpu_count() or 1))
@@ -152,6 +152,28 @@ def _():
     if not any(a["kind"] == "recompute" for a in p.actions):
         return f"the plan recomputes nothing: {p.action_counts()}"
     return identical(unet, x16, y16, F.cross_entropy, p, "unet recomputing", recomputing=True)
+
+
+@case("attach(): 3-D U-Net (Conv3d, BatchNorm3d, MaxPool3d, ConvTranspose3d), per-voxel labels, "
+      "evicting and recomputing, bit-identical")
+def _():
+    torch.manual_seed(0)
+    model = UNet3d().train()
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(2, 1, 8, 8, 8, generator=g), torch.randint(0, 2, (2, 8, 8, 8), generator=g)
+    p = plan_evicting(model, x)
+    labels = [t for t in p.tensors if t["kind"] == "label"]
+    if len(labels) != 1 or p.shapes.get(labels[0]["id"]) != (2, 8, 8, 8):
+        return f"labels {labels}"
+    why = identical(model, x, y, F.cross_entropy, p, "unet3d")
+    if why:
+        return why
+    p = plan_evicting(model, x, 0.0, recompute=True)
+    ops = sorted({p.steps[a["source_step"]]["op"] for a in p.actions if a["kind"] == "recompute"})
+    print(f"  unet3d recomputes with {ops}")
+    if "MaxPool" not in ops:
+        return f"the plan should replay the 3-D max pooling: {ops}"
+    return identical(model, x, y, F.cross_entropy, p, "unet3d recomputing", recomputing=True)
 
 
 torch.manual_seed(0)
