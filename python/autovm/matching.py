@@ -17,7 +17,7 @@ import re
 import weakref
 
 from .errors import ModelMismatchError, PlanFitError
-from .state import _dtype_name, _nbytes
+from .state import _autocast_state, _dtype_name, _nbytes
 
 
 MOVABLE_KINDS = ("activation", "input")  # what saved-tensor hooks can move
@@ -190,12 +190,7 @@ class _Matching:
         torch = self.torch
         if x is None:
             return
-        if x.device.type == "cuda":
-            on, dtype = torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
-        elif hasattr(torch, "is_autocast_cpu_enabled"):
-            on, dtype = torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
-        else:
-            return
+        on, dtype = _autocast_state(torch, x.device.type)
         names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
         have = names.get(dtype, _dtype_name(dtype)) if on else None
         want = self.plan.options.get("autocast") or None

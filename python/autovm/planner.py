@@ -167,9 +167,8 @@ def export_onnx(model, example_batch, path, opset=17, export_batch=2):
     clone = copy.deepcopy(model).to("cpu").train()
     with torch.random.fork_rng(devices=[]), _no_autocast(torch), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with torch.no_grad():  # the structure of the outputs names them
-            names = output_names(clone(x))
-        clone = copy.deepcopy(model).to("cpu").train()  # batch norm statistics as they were
+        with torch.no_grad():  # the structure of the outputs names them (the clone's buffer
+            names = output_names(clone(x))  # values change, which the planner never reads)
         axes = {"input": {0: "batch"}}
         axes.update({n: {0: "batch"} for n in names})
         kwargs = dict(training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
@@ -203,12 +202,13 @@ def active_autocast():
     CPU), None otherwise."""
     import torch
 
+    from .state import _autocast_state
+
     names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-    if torch.is_autocast_enabled():
-        return names.get(torch.get_autocast_gpu_dtype())
-    cpu = getattr(torch, "is_autocast_cpu_enabled", None)
-    if cpu is not None and cpu():
-        return names.get(torch.get_autocast_cpu_dtype())
+    for device_type in ("cuda", "cpu"):
+        on, dtype = _autocast_state(torch, device_type)
+        if on:
+            return names.get(dtype)
     return None
 
 
