@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import autovm  # noqa: E402
-from adapter_models import (GroupNormNet, UNet, UNet3d, compare, dice_loss, pixel_batch,  # noqa: E402
+from adapter_models import (DenseOps, GroupNormNet, UNet, UNet3d, compare, dice_loss, pixel_batch,  # noqa: E402
                             pixel_cross_entropy, train_with, twins)
 
 torch.set_num_threads(min(4, os.cpu_count() or 1))
@@ -193,6 +193,20 @@ def _():
 def _():
     p = plan_evicting(gnet, x8, 0.0, recompute=True)
     return identical(gnet, x8, y8, F.cross_entropy, p, "groupnorm recomputing", recomputing=True)
+
+
+@case("attach(): GroupNorm, InstanceNorm, dilated and grouped convolutions, LeakyReLU, ELU, "
+      "Tanh, bilinear upsampling, dropout: bit-identical, evictions made")
+def _():
+    torch.manual_seed(0)
+    model = DenseOps().train()
+    p = plan_evicting(model, x16, extra_args=("--workspace-limit", "16KiB"))
+    ops = {s["op"] for s in p.steps}
+    want = {"ConvTranspose", "InstanceNormalization", "LeakyRelu", "Elu", "Tanh", "Resize",
+            "Dropout"}
+    if not want <= ops:
+        return f"ops missing from the plan: {sorted(want - ops)}"
+    return identical(model, x16, y16, F.cross_entropy, p, "dense ops")
 
 
 @case("plan()/attach(): a dict {'out', 'aux'}: two outputs, two loss terms, bit-identical")
