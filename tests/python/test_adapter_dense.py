@@ -95,9 +95,12 @@ def plan_evicting(model, x, fraction=0.3, **kw):
     return autovm.plan(model, x, opt, budget=budget + free.modelled_margin_bytes, **kw)
 
 
-def identical(model, x, target, loss_fn, plan, name, autocast=None, recomputing=False):
+def identical(model, x, target, loss_fn, plan, name, autocast=None, recomputing=False,
+              missed_ok=False):
     """Trains twins of model 3 steps, plainly and under the plan; '' when losses, weights and
-    buffers are bit-identical and the plan's evictions (and recomputes) really happened."""
+    buffers are bit-identical and the plan's evictions (and recomputes) really happened, each
+    on a tensor PyTorch saved (unless missed_ok: GroupNorm's plan has the normalized tensor of
+    its InstanceNormalization pattern, which PyTorch's one group-norm kernel does not save)."""
     a, oa, b, ob = twins(model, momentum)
     la = train_with(a, oa, x, target, loss_fn, autocast=autocast)
     with warnings.catch_warnings():
@@ -115,6 +118,8 @@ def identical(model, x, target, loss_fn, plan, name, autocast=None, recomputing=
             return f"{name}: the plan's recomputation did not happen: {st}"
     elif st.evictions == 0 or st.bytes_to_host == 0:
         return f"{name}: the plan's evictions did not happen: {st}"
+    if (st.missed_evictions or st.missed_discards) and not missed_ok:
+        return f"{name}: planned actions found no saved tensor: {st}"
     if st.bytes_to_device != st.bytes_to_host or st.late_prefetches:
         return f"{name}: every eviction should come back ahead of its use: {st}"
     print(f"  {name}: losses {[v.item() for v in la]}, {st}")
@@ -186,13 +191,14 @@ def _():
     p = plan_evicting(gnet, x8)
     if "InstanceNormalization" not in {s["op"] for s in p.steps}:
         return "GroupNorm should export as the InstanceNormalization pattern"
-    return identical(gnet, x8, y8, F.cross_entropy, p, "groupnorm")
+    return identical(gnet, x8, y8, F.cross_entropy, p, "groupnorm", missed_ok=True)
 
 
 @case("attach(): GroupNorm network recomputing, bit-identical, recomputes made")
 def _():
     p = plan_evicting(gnet, x8, 0.0, recompute=True)
-    return identical(gnet, x8, y8, F.cross_entropy, p, "groupnorm recomputing", recomputing=True)
+    return identical(gnet, x8, y8, F.cross_entropy, p, "groupnorm recomputing", recomputing=True,
+                     missed_ok=True)
 
 
 @case("attach(): GroupNorm, InstanceNorm, dilated and grouped convolutions, LeakyReLU, ELU, "
@@ -206,7 +212,7 @@ def _():
             "Dropout"}
     if not want <= ops:
         return f"ops missing from the plan: {sorted(want - ops)}"
-    return identical(model, x16, y16, F.cross_entropy, p, "dense ops")
+    return identical(model, x16, y16, F.cross_entropy, p, "dense ops", missed_ok=True)
 
 
 @case("plan()/attach(): a dict {'out', 'aux'}: two outputs, two loss terms, bit-identical")
@@ -257,7 +263,11 @@ def _():
 
 @case("attach(): bf16 CPU autocast recomputing, bit-identical, recomputes made")
 def _():
+    # bf16 batch norm outputs, ReLU outputs and max pooling (output and indices) replayed.
     p = plan_evicting(unet_near, x16, 0.0, autocast="bf16", recompute=True)
+    ops = {p.steps[a["source_step"]]["op"] for a in p.actions if a["kind"] == "recompute"}
+    if not {"BatchNormalization", "MaxPool"} <= ops:
+        return f"the plan should replay batch norm and max pooling: {sorted(ops)}"
     return identical(unet_near, x16, y16, F.cross_entropy, p, "unet bf16 recomputing",
                      autocast=BF16, recomputing=True)
 
