@@ -158,7 +158,8 @@ def pixel_batch(n, res, classes, seed=1):
 def pixel_cross_entropy(out, y):
     """Per-pixel cross-entropy; for a dict {"out", "aux"}, out's plus half of aux's."""
     if isinstance(out, dict):
-        return F.cross_entropy(out["out"], y) + 0.5 * F.cross_entropy(out["aux"], y)
+        aux = 0.5 * F.cross_entropy(out["aux"], y) if "aux" in out else 0
+        return F.cross_entropy(out["out"], y) + aux
     return F.cross_entropy(out, y)
 
 
