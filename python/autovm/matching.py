@@ -6,8 +6,13 @@ _Matching is a part of Attachment (adapter.py); it owns
 - the model's map, made once by attach() (_map_model): parameters and buffers checked by name
   and size (ModelMismatchError); the plan's steps resolved to leaf module calls (onnx_scope,
   _resolve), giving fwd_seq, first_fwd, last_fwd, first_bwd, call_steps and step_call; the
-  plan tensors matched by identity (identity_tids: each call's output and first argument, the
-  model's input, max pooling's indices);
+  plan tensors matched by identity (identity_tids: each call's output and argument, the
+  model's input, max pooling's indices); exporter-made constants among the plan's buffers are
+  not the model's and are skipped;
+- the plan's actions on tensors no saved tensor can be named as (_unmatched_actions,
+  _check_unmatched: Attachment.unrealized, a warning or PlanFitError by the unrealized= policy);
+- the precision check of each forward against the plan's options.autocast (_check_precision)
+  and the text of a module output that does not fit (_output_mismatch);
 - naming a step's entries (_name, _name_input) and finding them by plan tensor (_entries);
 - the scan of the model's parameters and buffers once a step (_scan_state), which _pack reads
   to leave them alone.
