@@ -136,10 +136,10 @@ def output_names(output):
         keys = list(output)
         bad = [k for k in keys if not isinstance(k, str) or not isinstance(output[k], torch.Tensor)]
         if not keys or bad:
-            raise PlannerError(f"the model returns a dict with {'no entries' if not keys else 'the '}"
-                               f"{'' if not keys else 'non-tensor or non-string-keyed entries '}"
-                               f"{bad if bad else ''}: AutoVM plans models whose forward returns a "
-                               "tensor, a tuple of tensors or a dict of str to tensors")
+            what = f"entries {bad} that are not tensors under str keys" if bad else "no entries"
+            raise PlannerError(f"the model returns a dict with {what}: AutoVM plans models whose "
+                               "forward returns a tensor, a tuple of tensors or a dict of str to "
+                               "tensors")
         return keys
     if isinstance(output, (tuple, list)):
         bad = [i for i, v in enumerate(output) if not isinstance(v, torch.Tensor)]

@@ -237,7 +237,8 @@ class _Replay:
         F = torch.nn.functional
 
         # MaxPool1d/2d/3d: the functional form of the module's own dimensions.
-        dims = 3 if isinstance(m, torch.nn.MaxPool3d) else 1 if isinstance(m, torch.nn.MaxPool1d) else 2
+        dims = (3 if isinstance(m, torch.nn.MaxPool3d)
+                else 1 if isinstance(m, torch.nn.MaxPool1d) else 2)
         max_pool = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[dims - 1]
 
         def pool(t):

@@ -28,8 +28,8 @@ import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import autovm  # noqa: E402
-from adapter_models import (DenseOps, GroupNormNet, UNet, UNet3d, compare, dice_loss, pixel_batch,  # noqa: E402
-                            pixel_cross_entropy, train_with, twins)
+from adapter_models import (DenseOps, GroupNormNet, UNet, UNet3d, compare,  # noqa: E402
+                            dice_loss, pixel_batch, pixel_cross_entropy, train_with, twins)
 
 torch.set_num_threads(min(4, os.cpu_count() or 1))
 warnings.filterwarnings("ignore", category=UserWarning)  # the exporter's and autocast's notes
