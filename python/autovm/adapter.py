@@ -114,6 +114,7 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
         self._map_model()
         self._check_optimizer()
         self._schedule()
+        warning = self._check_unmatched(unrealized, warning)
         opt_steps = [st["id"] for st in self.plan.steps if st["phase"] == "optimizer"]
         self.first_optimizer_step = min(opt_steps) if opt_steps else len(self.plan.steps)
         if warning:
