@@ -554,6 +554,7 @@ const Rule* find_rule(std::string_view op) {
       {"Relu", {infer_same}},
       {"Selu", {infer_same}},
       {"Sigmoid", {infer_same}},
+      {"Silu", {infer_same}},  // the planner's own op, made by fuse_kernels
       {"Softmax", {infer_softmax}},
       {"Softplus", {infer_same}},
       {"Sqrt", {infer_same, eval_sqrt}},

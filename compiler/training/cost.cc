@@ -22,7 +22,7 @@ double elementwise_cost(const std::string& op) {
       {"Erf", 8},  {"Sqrt", 4}, {"Add", 1},         {"Sub", 1},       {"Mul", 1},
       {"Div", 1},  {"Pow", 8},  {"Where", 1},       {"Dropout", 2},   {"LeakyRelu", 2},
       {"Elu", 8},  {"Selu", 8}, {"Tanh", 8},        {"Softplus", 8},  {"Mish", 12},
-      {"Gelu", 12}, {"Less", 1}, {"Greater", 1}, {"LessOrEqual", 1}, {"GreaterOrEqual", 1},    {"RandomUniformLike", 4}};
+      {"Gelu", 12}, {"Silu", 5}, {"Less", 1}, {"Greater", 1}, {"LessOrEqual", 1}, {"GreaterOrEqual", 1},    {"RandomUniformLike", 4}};
   auto it = cost.find(op);
   return it == cost.end() ? 0.0 : it->second;
 }

@@ -45,6 +45,8 @@ std::vector<GradientRule> make_rules() {
       {"Softplus", C::compute, 1, {0}, {{in(0)}}, 1},
       {"Mish", C::compute, 1, {0}, {{in(0)}}, 1},
       {"Gelu", C::compute, 1, {0}, {{in(0)}}, 1},
+      // x * sigmoid(x), fused from its decomposition (model/fusion/fusion.h): silu saves x.
+      {"Silu", C::compute, 1, {0}, {{in(0)}}, 1},
       {"Tanh", C::compute, 1, {0}, {{out(0)}}, 1},
       {"Clip", C::compute, 1, {0}, {{in(0)}}, 1},
       {"HardSigmoid", C::compute, 1, {0}, {{in(0)}}, 1},
