@@ -24,7 +24,7 @@
 //       MaxPool              saves its input and the int64 indices (the output's shape)
 //       AveragePool          saves its input (avg_pool2d and the adaptive pool's general case)
 //       GlobalAveragePool    saves nothing (PyTorch runs it as mean over H, W)
-//       Gemm                 saves its input A (Linear: addmm)
+//       Gemm, Linear         save their input A (torch's linear: addmm)
 //       Cast                 saves nothing; under autocast, a parameter's copy is also held by
 //                            autocast's weight cache until the forward pass ends, and a
 //                            convolution or linear layer saves the copy it read
@@ -274,7 +274,7 @@ void Replay::forward_step(size_t k) {
   }
 
   if (node_[k]) {
-    if (conv || op == "Gemm") {
+    if (conv || op == "Gemm" || op == "Linear") {
       save(k, x);
       save(k, in(s, 1));  // under autocast, the weight's cast copy (a parameter is held anyway)
     } else if (op == "AveragePool") {
@@ -419,7 +419,7 @@ void Replay::backward_step(size_t k) {
     }
   } else if (op == "Concat") {
     for (TensorId t : s.inputs) share(rep(t), true);
-  } else if (op == "BatchNormalization" || op == "LayerNormalization" || op == "Gemm") {
+  } else if (op == "BatchNormalization" || op == "LayerNormalization" || op == "Gemm" || op == "Linear") {
     for (size_t i = 0; i < 3; ++i) make(in(s, i));
   } else {
     const training::GradientRule* rule = training::find_gradient_rule(op);

@@ -56,6 +56,10 @@ double forward_flops(const model::Model& m, const model::Node& n) {
     double k = static_cast<double>(n.attr_i("transA", 0) ? (*a)[0] : (*a)[1]);
     return numel(out0) * (2 * k + 1);
   }
+  if (op == "Linear") {  // X [..., K] W^T + B
+    if (!in0 || !out0 || in0->empty()) return 0;
+    return numel(out0) * (2 * static_cast<double>(in0->back()) + 1);
+  }
   if (op == "MatMul") {
     if (!in0 || !out0 || in0->empty()) return 0;
     return numel(out0) * 2 * static_cast<double>(in0->back());

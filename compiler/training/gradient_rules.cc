@@ -75,6 +75,8 @@ std::vector<GradientRule> make_rules() {
       {"ReduceMax", C::compute, 1, {0}, {{in(0), out(0)}}, 1},
       {"GlobalMaxPool", C::compute, 1, {0}, {{in(0), out(0)}}, 1},
       {"Gemm", C::compute, 3, {0, 1, 2}, {{in(1)}, {in(0)}, {}}, 2},
+      // x W^T + b over x's last axis, fused from MatMul, Transpose and Add (model/fusion/).
+      {"Linear", C::compute, 3, {0, 1, 2}, {{in(1)}, {in(0)}, {}}, 2},
       {"MatMul", C::compute, 2, {0, 1}, {{in(1)}, {in(0)}}, 2},
       {"Transpose", C::compute, 1, {0}, {{}}, 1},
       {"Concat", C::compute, -1, {}, {}, 1},  // every input differentiable; needs nothing

@@ -12,7 +12,8 @@ FusionCounts fuse_kernels(Model& model) {
   const std::pair<const char*, int (*)(fusion::Matcher&)> patterns[] = {
       {"LayerNormalization", fusion::fuse_layer_norm}, {"Gelu", fusion::fuse_gelu},
       {"Mish", fusion::fuse_mish},                      {"HardSwish", fusion::fuse_hard_swish},
-      {"Silu", fusion::fuse_silu}};
+      {"Silu", fusion::fuse_silu},
+      {"Linear", fusion::fuse_linear}};
   bool any = false;
   for (const auto& [op, fuse] : patterns)
     if (int n = fuse(g)) {

@@ -8,6 +8,8 @@
 //   Gelu       Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)            saves x
 //   HardSwish  Mul(x, HardSigmoid(x; alpha 1/6, beta 1/2))              saves x
 //   Mish       Mul(x, Tanh(Softplus(x)))                                saves x
+//   Linear     Add(MatMul(x, Transpose(W)), b), x of rank 2 or more, W [M, K]: the planner's own
+//              op (x, W, b) -> [..., M], torch's linear on an input of rank 3 or more   saves x, W
 //   LayerNormalization  d = Sub(x, ReduceMean(x)); Add(Mul(Div(d, Sqrt(Add(ReduceMean(Pow(d, 2)),
 //              eps))), scale), bias), both means over the same trailing axes  saves x, mean, rstd
 // Operands of Mul and Add match in either order. A near miss (an intermediate with a reader

@@ -55,6 +55,7 @@ int fuse_gelu(Matcher&);
 int fuse_hard_swish(Matcher&);
 int fuse_mish(Matcher&);
 int fuse_layer_norm(Matcher&);
+int fuse_linear(Matcher&);
 
 // Whether `value` is within a relative 1e-5 of `expected` (exported constants are float32).
 bool near(std::optional<double> value, double expected);
