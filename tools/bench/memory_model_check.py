@@ -47,7 +47,8 @@ def predict(plan, path, batch, mode):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         lines = r.stderr.strip().splitlines()
-        return None, lines[-1] if lines else f"exit {r.returncode}"
+        why = lines[-1] if lines else f"exit {r.returncode}"
+        return None, why.split("; AutoVM supports")[0][:200]  # the op list is long
     return json.loads(r.stdout)["pytorch_memory"], None
 
 
