@@ -85,27 +85,44 @@ def main():
 
     with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as pool:
         results = list(pool.map(one, rows))
-    table = [["model", "batch", "mode", "measured_bytes", "predicted_bytes", "error_percent", "peak_at"]]
+    table = []  # [model, batch, mode, measured, predicted or None, error % or None, peak at / why]
     print(f"{'model':22} {'mode':5} {'measured MiB':>13} {'predicted MiB':>14} {'error':>8}  peak at (predicted)")
     worst = 0.0
     for r, (p, why) in zip(rows, results):
         meas = r["peak_bytes"]
         if p is None:
             print(f"{r['model']:22} {r['mode']:5} {meas / 2**20:13.1f} {'':>14} {'':>8}  {why}")
-            table.append([r["model"], r["batch"], r["mode"], meas, "", "", why])
+            table.append([r["model"], r["batch"], r["mode"], meas, None, None, why])
             continue
         pred = p["peak_allocated_bytes"]
         err = (pred - meas) / meas
         worst = max(worst, abs(err))
         at = f"{p['peak_phase']} {p['peak_at']}"
         print(f"{r['model']:22} {r['mode']:5} {meas / 2**20:13.1f} {pred / 2**20:14.1f} {err * 100:+7.1f}%  {at}")
-        table.append([r["model"], r["batch"], r["mode"], meas, pred, f"{err * 100:.1f}", at])
-    if a.csv:
+        table.append([r["model"], r["batch"], r["mode"], meas, pred, err * 100, at])
+    if a.csv:  # one row per model and batch, its modes side by side
+        modes = sorted({t[2] for t in table}, key=lambda m: (m != "fp32", m))
+        wide = {}
+        for model, batch, mode, meas, pred, err, note in table:
+            row = wide.setdefault((model, batch), {"notes": []})
+            row[mode] = (meas, pred, err)
+            if err is None:
+                row["notes"].append(f"{mode}: {note}")
+        header = ["model", "batch"] + [c for m in modes for c in (f"{m} measured MiB",
+                                                                   f"{m} predicted MiB", f"{m} error")]
+        out = [header + ["note"]]
+        for (model, batch), row in wide.items():
+            cells = [model, batch]
+            for m in modes:
+                meas, pred, err = row.get(m, (None, None, None))
+                cells += [f"{meas / 2**20:.1f}" if meas else "-", f"{pred / 2**20:.1f}" if pred else "-",
+                          f"{err:+.1f} %" if err is not None else "-"]
+            out.append(cells + ["; ".join(row["notes"])])
         with open(a.csv + ".tmp", "w", newline="") as f:
-            csv.writer(f, lineterminator="\n").writerows(table)
+            csv.writer(f, lineterminator="\n").writerows(out)
         os.replace(a.csv + ".tmp", a.csv)
-    over = sum(1 for row in table[1:] if row[5] == "" or abs(float(row[5])) > a.tolerance * 100)
-    print(f"\nlargest error {worst * 100:.1f}%; {over} of {len(table) - 1} rows over "
+    over = sum(1 for row in table if row[5] is None or abs(row[5]) > a.tolerance * 100)
+    print(f"\nlargest error {worst * 100:.1f}%; {over} of {len(table)} rows over "
           f"{a.tolerance * 100:.0f}% or without a figure")
     return 0 if over == 0 else 1
 
