@@ -24,12 +24,15 @@
 //       MaxPool              saves its input and the int64 indices (the output's shape)
 //       AveragePool          saves its input (avg_pool2d and the adaptive pool's general case)
 //       GlobalAveragePool    saves nothing (PyTorch runs it as mean over H, W)
-//       Gemm                 saves its input A (Linear: addmm)
+//       Gemm, Linear         save their input A (torch's linear: addmm)
 //       Cast                 saves nothing; under autocast, a parameter's copy is also held by
 //                            autocast's weight cache until the forward pass ends, and a
 //                            convolution or linear layer saves the copy it read
 //       Dropout              saves its mask (bool, 1 byte an element: native_dropout)
 //       Concat, views        save nothing
+//       Slice, Split         views of their input (narrow, chunk): no storage or node of their
+//                            own; a reader that saves one keeps the whole input, and its
+//                            gradient is counted at the input's size
 //       Instance/GroupNorm   save input and the statistics (their gradient rule's needs)
 //       Pad read only by a pooling op: no op of its own (PyTorch pools with padding)
 //       any other op         saves what the compiler's gradient rule needs
@@ -153,7 +156,7 @@ class Replay {
   const TrainingGraph& g_;
   const PytorchMemoryOptions& o_;
   size_t n_;
-  std::vector<TensorId> rep_;          // the tensor whose storage a tensor is (fused Pad)
+  std::vector<TensorId> rep_;          // the tensor whose storage a tensor is (fused Pad, views)
   std::vector<int> uses_left_;         // forward and loss steps still to read it, by rep
   std::vector<bool> requires_grad_;
   std::vector<int> handle_;            // storage of an activation, by rep (-1: persistent)
@@ -181,6 +184,12 @@ void Replay::prepare() {
   }
   for (const Step& s : g_.steps) {
     if (s.phase != Phase::forward) continue;
+    // Slices and splits are views of their input in PyTorch (narrow, chunk): no storage and no
+    // backward node of their own; their readers hold and save the input's storage.
+    if ((s.op == "Slice" || s.op == "Split") && !s.inputs.empty() && !s.outputs.empty()) {
+      for (TensorId o : s.outputs) rep_[size_t(o)] = rep(s.inputs[0]);
+      continue;
+    }
     if (s.op == "Pad" && !s.inputs.empty() && s.outputs.size() == 1) {
       TensorId o = s.outputs[0];
       if (readers[size_t(o)] == 1) {
@@ -274,7 +283,7 @@ void Replay::forward_step(size_t k) {
   }
 
   if (node_[k]) {
-    if (conv || op == "Gemm") {
+    if (conv || op == "Gemm" || op == "Linear") {
       save(k, x);
       save(k, in(s, 1));  // under autocast, the weight's cast copy (a parameter is held anyway)
     } else if (op == "AveragePool") {
@@ -419,7 +428,7 @@ void Replay::backward_step(size_t k) {
     }
   } else if (op == "Concat") {
     for (TensorId t : s.inputs) share(rep(t), true);
-  } else if (op == "BatchNormalization" || op == "LayerNormalization" || op == "Gemm") {
+  } else if (op == "BatchNormalization" || op == "LayerNormalization" || op == "Gemm" || op == "Linear") {
     for (size_t i = 0; i < 3; ++i) make(in(s, i));
   } else {
     const training::GradientRule* rule = training::find_gradient_rule(op);

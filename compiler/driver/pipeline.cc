@@ -12,6 +12,7 @@
 #include "analysis/lifetimes.h"
 #include "analysis/step_reserve.h"
 #include "analysis/timeline.h"
+#include "model/fusion/fusion.h"
 #include "model/model.h"
 #include "model/shape_inference.h"
 #include "plan/baselines.h"
@@ -175,6 +176,8 @@ Plan plan_model(model::Model& m, const PlanOptions& options, bool shapes_known) 
   }
   if (!shapes_known) model::infer_shapes(m, batch);
   timer.done("infer_shapes");
+  model::fuse_kernels(m);
+  timer.done("fuse_kernels");
 
   Plan plan;
   plan.options = options;

@@ -1,5 +1,5 @@
 // Contract: the pipeline of passes from a model file to a Plan, in the order data flows:
-//   load_model -> check_supported_ops -> infer_shapes -> build_training_step
+//   load_model -> check_supported_ops -> infer_shapes -> fuse_kernels -> build_training_step
 //   -> compute_lifetimes -> compute_timeline -> plan_under_budget -> layout_arena
 // plan_under_budget is the swap planning: step times from the device profile (or measured),
 // the budget (--budget min: the largest unavoidable bytes), and, when the peak exceeds it, the

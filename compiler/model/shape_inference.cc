@@ -411,6 +411,16 @@ void infer_matmul(Ctx& c) {
   c.set(0, c.dtype(0), out);
 }
 
+// The planner's Linear (model/fusion/): X [..., K], W [M, K], B [M] -> [..., M].
+void infer_linear(Ctx& c) {
+  const Shape &x = c.shape(0), &w = c.shape(1), &b = c.shape(2);
+  if (x.empty() || w.size() != 2 || w[1] != x.back() || b != Shape{w[0]})
+    fail("inputs " + str(x) + ", " + str(w) + ", " + str(b) + " are not [..., K], [M, K], [M]");
+  Shape out = x;
+  out.back() = w[0];
+  c.set(0, c.dtype(0), out);
+}
+
 // ---- Constants and generators ----
 
 // Constant's value attribute (value, value_int(s), value_float(s)); the loader gives each a tensor.
@@ -539,6 +549,7 @@ const Rule* find_rule(std::string_view op) {
       {"LeakyRelu", {infer_same}},
       {"Less", {infer_compare}},
       {"LessOrEqual", {infer_compare}},
+      {"Linear", {infer_linear}},  // the planner's own op, made by fuse_kernels
       {"MatMul", {infer_matmul}},
       {"MaxPool", {infer_pool}},
       {"Mish", {infer_same}},
@@ -554,6 +565,7 @@ const Rule* find_rule(std::string_view op) {
       {"Relu", {infer_same}},
       {"Selu", {infer_same}},
       {"Sigmoid", {infer_same}},
+      {"Silu", {infer_same}},  // the planner's own op, made by fuse_kernels
       {"Softmax", {infer_softmax}},
       {"Softplus", {infer_same}},
       {"Sqrt", {infer_same, eval_sqrt}},

@@ -22,7 +22,7 @@ double elementwise_cost(const std::string& op) {
       {"Erf", 8},  {"Sqrt", 4}, {"Add", 1},         {"Sub", 1},       {"Mul", 1},
       {"Div", 1},  {"Pow", 8},  {"Where", 1},       {"Dropout", 2},   {"LeakyRelu", 2},
       {"Elu", 8},  {"Selu", 8}, {"Tanh", 8},        {"Softplus", 8},  {"Mish", 12},
-      {"Gelu", 12}, {"Less", 1}, {"Greater", 1}, {"LessOrEqual", 1}, {"GreaterOrEqual", 1},    {"RandomUniformLike", 4}};
+      {"Gelu", 12}, {"Silu", 5}, {"Less", 1}, {"Greater", 1}, {"LessOrEqual", 1}, {"GreaterOrEqual", 1},    {"RandomUniformLike", 4}};
   auto it = cost.find(op);
   return it == cost.end() ? 0.0 : it->second;
 }
@@ -55,6 +55,10 @@ double forward_flops(const model::Model& m, const model::Node& n) {
     if (!a || !out0 || a->size() != 2) return 0;
     double k = static_cast<double>(n.attr_i("transA", 0) ? (*a)[0] : (*a)[1]);
     return numel(out0) * (2 * k + 1);
+  }
+  if (op == "Linear") {  // X [..., K] W^T + B
+    if (!in0 || !out0 || in0->empty()) return 0;
+    return numel(out0) * (2 * static_cast<double>(in0->back()) + 1);
   }
   if (op == "MatMul") {
     if (!in0 || !out0 || in0->empty()) return 0;

@@ -45,6 +45,8 @@ std::vector<GradientRule> make_rules() {
       {"Softplus", C::compute, 1, {0}, {{in(0)}}, 1},
       {"Mish", C::compute, 1, {0}, {{in(0)}}, 1},
       {"Gelu", C::compute, 1, {0}, {{in(0)}}, 1},
+      // x * sigmoid(x), fused from its decomposition (model/fusion/fusion.h): silu saves x.
+      {"Silu", C::compute, 1, {0}, {{in(0)}}, 1},
       {"Tanh", C::compute, 1, {0}, {{out(0)}}, 1},
       {"Clip", C::compute, 1, {0}, {{in(0)}}, 1},
       {"HardSigmoid", C::compute, 1, {0}, {{in(0)}}, 1},
@@ -73,6 +75,8 @@ std::vector<GradientRule> make_rules() {
       {"ReduceMax", C::compute, 1, {0}, {{in(0), out(0)}}, 1},
       {"GlobalMaxPool", C::compute, 1, {0}, {{in(0), out(0)}}, 1},
       {"Gemm", C::compute, 3, {0, 1, 2}, {{in(1)}, {in(0)}, {}}, 2},
+      // x W^T + b over x's last axis, fused from MatMul, Transpose and Add (model/fusion/).
+      {"Linear", C::compute, 3, {0, 1, 2}, {{in(1)}, {in(0)}, {}}, 2},
       {"MatMul", C::compute, 2, {0, 1}, {{in(1)}, {in(0)}}, 2},
       {"Transpose", C::compute, 1, {0}, {{}}, 1},
       {"Concat", C::compute, -1, {}, {}, 1},  // every input differentiable; needs nothing

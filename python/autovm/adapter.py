@@ -132,6 +132,7 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
         if executor == "runtime":
             from .runtime_executor import make_runtime
             self.runtime = make_runtime(plan, runtime_mode, runtime_backend)
+        warning = self._check_unmatched(unrealized, warning)
         opt_steps = [st["id"] for st in self.plan.steps if st["phase"] == "optimizer"]
         self.first_optimizer_step = min(opt_steps) if opt_steps else len(self.plan.steps)
         if warning:

@@ -76,6 +76,7 @@ class _Hooks:
                                f"{p.shapes.get(self.input_tensor['id'])} "
                                f"({self.input_tensor['bytes']} B): the plan no longer fits; "
                                "plan again for this input")
+        self._check_precision(x)
         # Parameters and buffers (and views of them) are never moved; their addresses are
         # taken each step, as the model may have moved, by _scan_state at the step's first
         # saved tensor that needs them: after its first kernel is launched.
@@ -139,11 +140,7 @@ class _Hooks:
             main = p.steps[self.last_fwd[call]]["outputs"][0]
             if out is not None:
                 if _nbytes(out) != p.tensors[main]["bytes"]:
-                    raise PlanFitError(
-                        f"{self._call_text(call)} returned {tuple(out.shape)} ({_nbytes(out)} B), "
-                        f"the plan's {p.tensors[main]['name']} is {p.shapes.get(main)} "
-                        f"({p.tensors[main]['bytes']} B): the plan no longer fits this model "
-                        "or input; plan again")
+                    raise PlanFitError(self._output_mismatch(call, out, main))
                 step.named[id(out)] = (main, weakref.ref(out), out._version)
                 if self.runtime is not None and main not in self.regen_groups:
                     self.runtime.bind(main, out, made=True)

@@ -6,8 +6,13 @@ _Matching is a part of Attachment (adapter.py); it owns
 - the model's map, made once by attach() (_map_model): parameters and buffers checked by name
   and size (ModelMismatchError); the plan's steps resolved to leaf module calls (onnx_scope,
   _resolve), giving fwd_seq, first_fwd, last_fwd, first_bwd, call_steps and step_call; the
-  plan tensors matched by identity (identity_tids: each call's output and first argument, the
-  model's input, max pooling's indices);
+  plan tensors matched by identity (identity_tids: each call's output and argument, the
+  model's input, max pooling's indices); exporter-made constants among the plan's buffers are
+  not the model's and are skipped;
+- the plan's actions on tensors no saved tensor can be named as (_unmatched_actions,
+  _check_unmatched: Attachment.unrealized, a warning or PlanFitError by the unrealized= policy);
+- the precision check of each forward against the plan's options.autocast (_check_precision)
+  and the text of a module output that does not fit (_output_mismatch);
 - naming a step's entries (_name, _name_input) and finding them by plan tensor (_entries);
 - the scan of the model's parameters and buffers once a step (_scan_state), which _pack reads
   to leave them alone.
@@ -16,12 +21,15 @@ It assumes Attachment's torch, model and plan are set.
 import re
 import weakref
 
-from .errors import ModelMismatchError
-from .state import _nbytes
+from .errors import ModelMismatchError, PlanFitError
+from .state import _autocast_state, _dtype_name, _nbytes
 
 
 MOVABLE_KINDS = ("activation", "input")  # what saved-tensor hooks can move
 BUCKET_PREFIX = "ddp_bucket."  # DDP's gradient buckets in a --data-parallel plan (buffers)
+# Buffers the exporter makes (Constant nodes' outputs, such as the ones and zeros of the
+# InstanceNormalization that GroupNorm exports as): named by node, never by state_dict.
+EXPORTER_CONSTANTS = ("/", "onnx::")
 
 
 def _unqualified(qualified):
@@ -58,6 +66,8 @@ class _Matching:
                 continue
             if t["kind"] == "buffer" and t["name"].startswith(BUCKET_PREFIX) and p.data_parallel:
                 continue  # DDP's Reducer holds it, not the model
+            if t["kind"] == "buffer" and t["name"].startswith(EXPORTER_CONSTANTS):
+                continue  # a constant the exporter made (GroupNorm's InstanceNorm scale)
             q = params.get(t["name"]) if t["kind"] == "parameter" else buffers.get(t["name"])
             if q is None:
                 problems.append(f"{t['kind']} {t['name']} of the plan is not in the model")
@@ -118,11 +128,10 @@ class _Matching:
         self.identity_tids = {p.steps[self.last_fwd[c]]["outputs"][0] for c in self.fwd_seq}
         self.call_input = {}
         for c in self.fwd_seq:
-            ins = [t for t in p.steps[self.first_fwd[c]]["inputs"]
-                   if p.tensors[t]["kind"] in MOVABLE_KINDS]
-            if ins:
-                self.call_input[c] = ins[0]
-                self.identity_tids.add(ins[0])
+            tid = self._first_argument(c)
+            if tid is not None:
+                self.call_input[c] = tid
+                self.identity_tids.add(tid)
         if self.input_tensor is not None:
             self.identity_tids.add(self.input_tensor["id"])
         # Max pooling's int64 indices (plans made with autovm-plan --pool-indices): the only
@@ -132,6 +141,88 @@ class _Matching:
                              if p.steps[sid]["op"] == "MaxPool"
                              and len(p.steps[sid]["outputs"]) > 1}
         self.identity_tids |= self.indices_tids
+
+    def _first_argument(self, call):
+        """The plan tensor that is the call's argument: the first movable input of its steps
+        that none of its steps makes (under --autocast a convolution's steps begin with the
+        casts of its weights, and its argument is the convolution's or the input cast's)."""
+        p, made = self.plan, set()
+        for sid in self.call_steps.get(call, ()):
+            for t in p.steps[sid]["inputs"]:
+                if t not in made and p.tensors[t]["kind"] in MOVABLE_KINDS:
+                    return t
+            made.update(p.steps[sid]["outputs"])
+        return None
+
+    def _unmatched_actions(self):
+        """The plan's evictions and discards of activations that no saved tensor can ever be
+        named as: not a module call's output or argument, not among the outputs of a call's
+        steps (matched by size), not the input. The loss's tensors (the script computes its loss
+        outside the model) and what a functional op makes and no module reads are such. Each is
+        (kind, tensor kind, name, bytes), as Attachment.unrealized lists them."""
+        p = self.plan
+        named = set(self.identity_tids)
+        for outs in self.call_outputs.values():
+            named.update(outs)
+        return [(a["kind"], p.tensors[a["tensor"]]["kind"], p.tensors[a["tensor"]]["name"],
+                 a["bytes"]) for a in p.actions
+                if a["kind"] in ("evict", "discard")
+                and p.tensors[a["tensor"]]["kind"] in MOVABLE_KINDS and a["tensor"] not in named]
+
+    def _check_unmatched(self, unrealized, warning):
+        """Adds the plan's actions on tensors the adapter cannot name (_unmatched_actions) to
+        self.unrealized: PlanFitError under unrealized='error', else the warning to give (with
+        `warning`, the one about tensors the adapter cannot move, if any)."""
+        missing = self._unmatched_actions()
+        if not missing:
+            return warning
+        self.unrealized.extend(missing)
+        total = sum(m[3] for m in missing)
+        names = ", ".join(sorted({m[2] for m in missing})[:6])
+        msg = (f"{self.plan.path}: the plan evicts or discards activations that the adapter "
+               f"cannot find among the tensors PyTorch saves ({len(missing)} actions, "
+               f"{total / 1e6:.3f} MB: {names}); they stay on the GPU, so PyTorch's memory "
+               "exceeds the plan's")
+        if unrealized == "error":
+            raise PlanFitError(msg + " (attach(..., unrealized='warn') runs it anyway)")
+        if unrealized == "ignore":
+            return warning
+        return f"{warning}; {msg}" if warning else msg
+
+    def _check_precision(self, x):
+        """PlanFitError when the forward's autocast (on the input's device) is not the plan's
+        options.autocast: every tensor would have another size than the plan's."""
+        torch = self.torch
+        if x is None:
+            return
+        on, dtype = _autocast_state(torch, x.device.type)
+        names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+        have = names.get(dtype, _dtype_name(dtype)) if on else None
+        want = self.plan.options.get("autocast") or None
+        if have == want:
+            return
+        runs = (f"under torch.autocast('{x.device.type}', dtype={dtype})" if have
+                else "without torch.autocast")
+        made = f"for autocast {want}" if want else "for fp32 training (no autocast)"
+        fix = repr(have) if have else "False"
+        raise PlanFitError(f"the forward runs {runs}, the plan {self.plan.path} was made {made}: "
+                           f"plan with autovm.plan(..., autocast={fix}) (autovm-plan "
+                           "--autocast), or train as the plan says")
+
+    def _output_mismatch(self, call, out, tid):
+        """The PlanFitError text for a module call whose output is not the plan's tensor."""
+        p = self.plan
+        t = p.tensors[tid]
+        text = (f"{self._call_text(call)} returned {tuple(out.shape)} {_dtype_name(out.dtype)} "
+                f"({_nbytes(out)} B), the plan's {t['name']} is {p.shapes.get(tid)} "
+                f"{t['dtype']} ({t['bytes']} B): the plan no longer fits this model or input; "
+                "plan again")
+        ac = p.options.get("autocast")
+        if ac and _dtype_name(out.dtype) != t["dtype"]:
+            text += (f" (the plan applies CUDA autocast's op lists for {ac}; this op ran in "
+                     f"{_dtype_name(out.dtype)} here: autocast on this device sorts it otherwise, "
+                     "as torch 1.13's CPU autocast runs ConvTranspose in float32)")
+        return text
 
     @staticmethod
     def _resolve(scope, by_scope):

@@ -123,23 +123,59 @@ def _strip_weights(path):
     onnx.save(proto, path)
 
 
+def output_names(output):
+    """The ONNX output names for what the model's forward returns: 'logits' for one tensor,
+    'output0', 'output1'... for a tuple or list of tensors, the keys for a dict of tensors
+    (torchvision segmentation's {'out', 'aux'}; the exporter writes a dict's values in order).
+    PlannerError for anything else (nested containers, non-tensor values)."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return ["logits"]
+    if isinstance(output, dict):
+        keys = list(output)
+        bad = [k for k in keys if not isinstance(k, str) or not isinstance(output[k], torch.Tensor)]
+        if not keys or bad:
+            what = f"entries {bad} that are not tensors under str keys" if bad else "no entries"
+            raise PlannerError(f"the model returns a dict with {what}: AutoVM plans models whose "
+                               "forward returns a tensor, a tuple of tensors or a dict of str to "
+                               "tensors")
+        return keys
+    if isinstance(output, (tuple, list)):
+        bad = [i for i, v in enumerate(output) if not isinstance(v, torch.Tensor)]
+        if not output or bad:
+            raise PlannerError(f"the model returns a {type(output).__name__} whose entries "
+                               f"{bad} are not tensors: AutoVM plans models whose forward returns "
+                               "a tensor, a tuple of tensors or a dict of str to tensors")
+        return [f"output{i}" for i in range(len(output))]
+    raise PlannerError(f"the model returns {type(output).__name__}: AutoVM plans models whose "
+                       "forward returns a tensor, a tuple of tensors or a dict of str to tensors")
+
+
 def export_onnx(model, example_batch, path, opset=17, export_batch=2):
     """Exports `model` for training the way the planner expects (TorchScript exporter,
-    TrainingMode.TRAINING, no constant folding, symbolic batch). Works on a CPU copy with a
-    batch of `export_batch`, inside torch.random.fork_rng: the model, its buffers (batch norm
-    running statistics) and the random state are left exactly as they were."""
+    TrainingMode.TRAINING, no constant folding, symbolic batch, autocast off: the planner models
+    autocast itself from the fp32 graph). Works on a CPU copy with a batch of `export_batch`,
+    inside torch.random.fork_rng: the model, its buffers (batch norm running statistics) and the
+    random state are left exactly as they were. Several outputs (a tuple, or a dict such as
+    torchvision segmentation's {'out', 'aux'}) are named by output_names(), each with a
+    symbolic batch."""
     import torch
 
     x = example_input(example_batch)
     x = x[:max(1, min(export_batch, x.shape[0]))].detach().to("cpu").clone()
     clone = copy.deepcopy(model).to("cpu").train()
-    kwargs = dict(training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                  opset_version=opset, input_names=["input"], output_names=["logits"],
-                  dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
-    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
-        kwargs["dynamo"] = False  # torch >= 2.5 defaults to the dynamo exporter (no module paths)
-    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+    with torch.random.fork_rng(devices=[]), _no_autocast(torch), warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        with torch.no_grad():  # the structure of the outputs names them (the clone's buffer
+            names = output_names(clone(x))  # values change, which the planner never reads)
+        axes = {"input": {0: "batch"}}
+        axes.update({n: {0: "batch"} for n in names})
+        kwargs = dict(training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      opset_version=opset, input_names=["input"], output_names=names,
+                      dynamic_axes=axes)
+        if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+            kwargs["dynamo"] = False  # torch >= 2.5 defaults to dynamo (no module paths)
         try:
             torch.onnx.export(clone, x, path, **kwargs)
         except Exception as e:
@@ -147,6 +183,61 @@ def export_onnx(model, example_batch, path, opset=17, export_batch=2):
                                f"{str(e).strip()[:600]}") from e
     _strip_weights(path)
     return path
+
+
+def _no_autocast(torch):
+    """A context with torch.autocast off on the CPU (the export runs there)."""
+    try:
+        return torch.autocast("cpu", enabled=False)
+    except (AttributeError, RuntimeError):
+        return contextlib.nullcontext()
+
+
+AUTOCAST = ("bf16", "fp16")
+LOSSES = ("cross-entropy", "mse", "external")
+
+
+def active_autocast():
+    """'bf16' or 'fp16' when called inside an enabled torch.autocast (CUDA first, then the
+    CPU), None otherwise."""
+    import torch
+
+    from .state import _autocast_state
+
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+    for device_type in ("cuda", "cpu"):
+        on, dtype = _autocast_state(torch, device_type)
+        if on:
+            return names.get(dtype)
+    return None
+
+
+def _autocast_args(autocast, flags):
+    """autovm-plan's --autocast for plan(autocast=...): None (the autocast plan() is called in,
+    if any), False (fp32), 'bf16' or 'fp16'."""
+    if autocast is None:
+        autocast = active_autocast()
+    if autocast is False or autocast is None:
+        return []
+    if autocast not in AUTOCAST:
+        raise ValueError(f"autocast: None, False, 'bf16' or 'fp16' (torch.autocast's "
+                         f"torch.bfloat16 or torch.float16), not {autocast!r}")
+    if "--autocast" not in flags:
+        raise ToolNotFoundError("this autovm-plan has no --autocast option: rebuild it")
+    return ["--autocast", autocast]
+
+
+def _loss_args(loss, flags):
+    if loss not in LOSSES:
+        raise ValueError(f"loss: one of {', '.join(LOSSES)} (cross-entropy over axis 1 against "
+                         "int64 labels, mean squared error against a target of each output's "
+                         "shape, or external: the script's own loss, backward from the outputs' "
+                         f"gradients), not {loss!r}")
+    if loss == "cross-entropy":
+        return []
+    if "--loss" not in flags:
+        raise ToolNotFoundError("this autovm-plan has no --loss option: rebuild it")
+    return ["--loss", loss]
 
 
 def _run(args):
@@ -161,7 +252,7 @@ def _run(args):
 def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
          planner=None, lib=None, opset=17, extra_args=(), keep_onnx=None, movable=MOVABLE,
          pytorch_margin=True, data_parallel=False, bucket_mb=None, reserve=None,
-         recompute=False, step_times=None):
+         recompute=False, step_times=None, autocast=None, loss="cross-entropy"):
     """Exports `model`, plans its training step with autovm-plan and loads the plan.
 
     budget: '8GB', '7.5GiB', a number of bytes, 'min', or None (no limit): what PyTorch may
@@ -190,6 +281,15 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     without a budget, or a JSON file's path): they replace the cost model's estimates
     (autovm-plan --step-times), so the plan's prediction, and its bound, are in this GPU's and
     this PyTorch's time.
+    autocast: the training step runs under torch.autocast with this dtype: 'bf16'
+    (torch.bfloat16) or 'fp16' (torch.float16, with GradScaler); False: fp32; None (default):
+    the autocast plan() is called in, if any (autovm-plan --autocast). The model is exported in
+    fp32 either way; the planner applies autocast's op lists (CUDA's) to it.
+    loss: what the script computes from the model's outputs: 'cross-entropy' (default; class
+    logits [N, C] with labels [N], or per pixel/voxel [N, C, ...] with int64 labels [N, ...]),
+    'mse' (against a float target of each output's shape) or 'external' (any loss the script
+    computes, Dice or focal: backward starts from the outputs' gradients; autovm-plan --loss).
+    One loss term per output; a model may return a tensor, a tuple of tensors or a dict of them.
 
     The Plan returned has requested_budget_bytes (the budget asked for) and
     pytorch_margin_bytes (what was taken off it); budget_bytes is what autovm-plan planned for.
@@ -202,13 +302,15 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     if x.dim() < 1:
         raise ValueError("example_batch: the input needs a batch dimension")
     batch = int(x.shape[0])
+    flags = planner_flags(exe)
+    # Checked before the slow export.
+    chosen = _recompute_args(recompute, flags) + _autocast_args(autocast, flags)
+    chosen += _loss_args(loss, flags)
     tmp = tempfile.mkdtemp(prefix="autovm-")
     onnx_path = keep_onnx or os.path.join(tmp, "model.onnx")
     export_onnx(model, x, onnx_path, opset=opset)
     out = os.path.abspath(out) if out else os.path.join(tmp, "plan.json")
-    flags = planner_flags(exe)
-    args = [exe, onnx_path, "--batch", str(batch), "--optimizer", kind]
-    args += _recompute_args(recompute, flags)
+    args = [exe, onnx_path, "--batch", str(batch), "--optimizer", kind] + chosen
     args += ["--memory-model", "pytorch", "--quiet"]
     if "--pool-indices" in flags:  # max pooling's indices are a saved tensor the adapter moves
         args += ["--pool-indices"]

@@ -133,7 +133,7 @@ class _Replay:
         torch = self.torch
         temps = {}
         made = {}  # source step -> what one replay of it gave, for its other outputs
-        with torch.no_grad():
+        with torch.no_grad(), self._replay_autocast(waiting[0].device):
             for a in g["actions"]:
                 s = self.plan.steps[a["source_step"]]
                 indices = a["tensor"] in self.indices_tids
@@ -158,6 +158,17 @@ class _Replay:
                 t = torch.empty_strided(e.size, e.stride, dtype=e.dtype,
                                         device=t.device).copy_(t)
             e.gpu, e.version, e.regen = t, t._version, None
+
+    def _replay_autocast(self, device):
+        """The plan's autocast (options.autocast) on `device` for a chain, which may run in
+        backward, outside the script's autocast: a convolution then casts its weights as the
+        forward did (the same rounding, so the same bits) and runs the same low-precision
+        kernel. No autocast for an fp32 plan (a chain run inside the script's forward stays
+        fp32 too)."""
+        torch = self.torch
+        ac = self.plan.options.get("autocast")
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(ac)
+        return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
 
     def _data_inputs(self, s):
         """The inputs of a replayed step that are data (the first only of batch norm,
@@ -225,14 +236,19 @@ class _Replay:
         torch = self.torch
         F = torch.nn.functional
 
+        # MaxPool1d/2d/3d: the functional form of the module's own dimensions.
+        dims = (3 if isinstance(m, torch.nn.MaxPool3d)
+                else 1 if isinstance(m, torch.nn.MaxPool1d) else 2)
+        max_pool = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[dims - 1]
+
         def pool(t):
-            out, where = F.max_pool2d(t, m.kernel_size, m.stride, m.padding, m.dilation,
-                                      ceil_mode=m.ceil_mode, return_indices=True)
+            out, where = max_pool(t, m.kernel_size, m.stride, m.padding, m.dilation,
+                                  ceil_mode=m.ceil_mode, return_indices=True)
             return where if indices else out
         if both:
-            return F.max_pool2d(x, m.kernel_size, m.stride, m.padding, m.dilation,
-                                ceil_mode=m.ceil_mode, return_indices=True)
-        batch = x.shape[0] if x.dim() == 4 else 1
+            return max_pool(x, m.kernel_size, m.stride, m.padding, m.dilation,
+                            ceil_mode=m.ceil_mode, return_indices=True)
+        batch = x.shape[0] if x.dim() == dims + 2 else 1
         n = max(1, _POOL_SLICE_BYTES // max(8 * (x.numel() // max(batch, 1)), 1))
         if n >= batch:
             return pool(x)

@@ -33,6 +33,18 @@ def _first_tensor(value):
     return None
 
 
+def _autocast_state(torch, device_type):
+    """(enabled, dtype) of torch.autocast on device_type ('cuda' or 'cpu'): the device-type API
+    of torch >= 2.4, else torch 1.13's per-device calls; (False, None) where neither exists."""
+    if hasattr(torch, "get_autocast_dtype"):
+        return torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
+    if device_type == "cuda":
+        return torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()
+    if device_type == "cpu" and hasattr(torch, "is_autocast_cpu_enabled"):
+        return torch.is_autocast_cpu_enabled(), torch.get_autocast_cpu_dtype()
+    return False, None
+
+
 def _nbytes(t):
     return t.numel() * t.element_size()
 

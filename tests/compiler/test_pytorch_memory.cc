@@ -301,3 +301,29 @@ TEST_CASE("autocast: the weight's cast copy is saved, and its gradient cast back
   CHECK(e.peak_at == "Cast1");
   CHECK(e.gradient_bytes == 40960);
 }
+
+// x: input [1024]; w: [256]; a = Conv(x, w) [1024] f32 (4096 B).
+//   s1, s2 = Slice(a) [512] each: views of a, no storage of their own
+//   Gemm(s2, w2, b2) -> logits     saves s2, that is a's whole storage (4096), not 2048 B
+TEST_CASE("a slice is a view: a reader that saves it keeps the whole input") {
+  TrainingGraph g;
+  TensorId x = g.add_tensor("x", TensorKind::input, DType::f32, {1024});
+  TensorId w = g.add_tensor("w", TensorKind::parameter, DType::f32, {256});
+  TensorId a = g.add_tensor("a", TensorKind::activation, DType::f32, {1024});
+  TensorId s1 = g.add_tensor("s1", TensorKind::activation, DType::f32, {512});
+  TensorId s2 = g.add_tensor("s2", TensorKind::activation, DType::f32, {512});
+  TensorId w2 = g.add_tensor("w2", TensorKind::parameter, DType::f32, {10, 512});
+  TensorId b2 = g.add_tensor("b2", TensorKind::parameter, DType::f32, {10});
+  TensorId logits = g.add_tensor("logits", TensorKind::activation, DType::f32, {1, 10});
+  step(g, "Conv", Phase::forward, {x, w}, {a});
+  step(g, "Slice", Phase::forward, {a}, {s1});
+  step(g, "Slice", Phase::forward, {a}, {s2});
+  step(g, "Gemm", Phase::forward, {s2, w2, b2}, {logits});
+  finish(g, logits, {w, w2, b2}, "SGD");
+
+  PytorchMemoryEstimate e = predict_pytorch_memory(g, bare());
+  CHECK(e.saved_bytes == 4096 + 512 + 512);  // a (through s2), log_prob, total_weight
+  // Start: parameters 1024 + 20480 + 512, batch 4096 + 512 = 26624; + a 4096, no slice storage;
+  // + logits 512 + the loss's three 512 blocks, then logits go.
+  CHECK(e.end_forward_bytes == 26624 + 4096 + 3 * 512);
+}
