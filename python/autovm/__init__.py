@@ -16,6 +16,7 @@ Install with `pip install ./python` (README.md, "Install"); autovm-plan and liba
 through the argument, $AUTOVM_PLAN / $AUTOVM_LIB, the configuration file, PATH and the loader,
 in the order autovm/locate.py documents.
 """
+from . import allocator
 from .adapter import RUNTIME_KINDS, Attachment, Stats, attach, onnx_scope
 from .errors import (AutoVMError, BatchMismatchError, HookOrderError, LibraryError,
                      ModelMismatchError, OptimizerMismatchError, PlanFitError, PlannerError,
@@ -23,7 +24,7 @@ from .errors import (AutoVMError, BatchMismatchError, HookOrderError, LibraryErr
 from .planfile import Plan, load_plan, resident_bytes, step_reserve, step_times
 from .planner import export_onnx, optimizer_kind, plan
 
-__all__ = ["plan", "load_plan", "attach", "Plan", "Attachment", "Stats", "RUNTIME_KINDS",
+__all__ = ["plan", "load_plan", "attach", "allocator", "Plan", "Attachment", "Stats", "RUNTIME_KINDS",
            "export_onnx",
            "optimizer_kind", "onnx_scope", "AutoVMError", "BatchMismatchError",
            "HookOrderError", "LibraryError", "ModelMismatchError", "OptimizerMismatchError",
