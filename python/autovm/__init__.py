@@ -9,8 +9,9 @@
 The budget is what PyTorch may hold: plan() plans under it less PyTorch's modelled extra memory
 over AutoVM's graph, moving activations only. Data-parallel: autovm.plan(ddp_model, ...,
 data_parallel=True) and autovm.attach(ddp_model, ...), one plan per rank (README.md).
-libautovm as the executor: autovm.allocator.install("managed") first, a plan with
-movable=autovm.RUNTIME_KINDS, autovm.attach(..., executor="runtime") (README.md).
+libautovm as the executor: autovm.allocator.install("managed") first, then
+autovm.plan(..., executor="runtime") (every kind movable: autovm.RUNTIME_KINDS) and
+autovm.attach(..., executor="runtime") (README.md).
 
 Install with `pip install ./python` (README.md, "Install"); autovm-plan and libautovm are found
 through the argument, $AUTOVM_PLAN / $AUTOVM_LIB, the configuration file, PATH and the loader,

@@ -62,11 +62,8 @@ from .errors import AutoVMError, OptimizerMismatchError, PlanFitError
 from .hooks import _Hooks
 from .matching import BUCKET_PREFIX, MOVABLE_KINDS, _Matching, onnx_scope  # noqa: F401
 
-# What executor="runtime" binds (runtime_executor.py); activation gradients, workspaces and the
-# label stay where PyTorch puts them.
-RUNTIME_KINDS = ("activation", "input", "parameter", "buffer", "gradient", "optimizer_state")
 EXECUTORS = ("copy", "runtime")
-from .planner import optimizer_kind
+from .planner import RUNTIME_KINDS, optimizer_kind  # noqa: F401 (autovm.RUNTIME_KINDS)
 from .replay import REPLAYABLE_OPS, _Replay
 from .trace import Stats, _Trace
 

@@ -18,6 +18,12 @@ from .planfile import pytorch_margin as pytorch_margin_of
 # variable), so its eviction frees nothing (a VGG-19 b256 run under a plan evicting it peaked
 # 152 MB, the input's size, over the plan).
 MOVABLE = ("activation",)
+# What attach(..., executor="runtime") binds, so what libautovm can move (runtime_executor.py);
+# activation gradients, workspaces and the label stay where PyTorch puts them.
+RUNTIME_KINDS = ("activation", "input", "parameter", "buffer", "gradient", "optimizer_state")
+# plan()'s default movable kinds for each executor of attach().
+EXECUTOR_MOVABLE = {"copy": MOVABLE, "runtime": RUNTIME_KINDS}
+_BY_EXECUTOR = object()  # plan(movable=...) not given: the executor's kinds
 
 # autovm-plan's exit codes (autovm-plan --help).
 EXIT_CODES = {1: "internal error", 2: "bad usage", 3: "model file missing or unreadable",
@@ -250,17 +256,21 @@ def _run(args):
 
 
 def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
-         planner=None, lib=None, opset=17, extra_args=(), keep_onnx=None, movable=MOVABLE,
+         planner=None, lib=None, opset=17, extra_args=(), keep_onnx=None, movable=_BY_EXECUTOR,
          pytorch_margin=True, data_parallel=False, bucket_mb=None, reserve=None,
-         recompute=False, step_times=None, autocast=None, loss="cross-entropy"):
+         recompute=False, step_times=None, autocast=None, loss="cross-entropy",
+         executor="copy"):
     """Exports `model`, plans its training step with autovm-plan and loads the plan.
 
     budget: '8GB', '7.5GiB', a number of bytes, 'min', or None (no limit): what PyTorch may
     hold (torch.cuda.max_memory_allocated) while training under the plan.
     out: where the plan JSON goes (default: a temporary file kept for the Plan's life).
     device: an autovm-plan device profile (default: the planner's, h200-pcie).
+    executor: the attach() executor the plan is for, "copy" (default) or "runtime"; it sets
+    movable's default.
     movable: the tensor kinds the plan may take off the GPU (autovm-plan --movable): by
-    default saved activations, what moving frees (planner.MOVABLE); None: every kind.
+    default what the executor can move, saved activations for "copy" (planner.MOVABLE), every
+    kind libautovm binds for "runtime" (RUNTIME_KINDS); None: every kind.
     pytorch_margin: plan under the budget less PyTorch's extra memory over AutoVM's training
     graph, as autovm-plan's PyTorch memory model predicts it (README.md, "The budget is
     PyTorch's"); False: hand the budget to autovm-plan as it is.
@@ -294,6 +304,11 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     The Plan returned has requested_budget_bytes (the budget asked for) and
     pytorch_margin_bytes (what was taken off it); budget_bytes is what autovm-plan planned for.
     """
+    if executor not in EXECUTOR_MOVABLE:
+        raise ValueError(f"executor must be one of {', '.join(map(repr, EXECUTOR_MOVABLE))}, "
+                         f"not {executor!r}")
+    if movable is _BY_EXECUTOR:
+        movable = EXECUTOR_MOVABLE[executor]
     exe = planner_path(planner)
     _lib.Library.get(lib)  # fail before the slow export when libautovm is missing
     model = getattr(model, "module", model) if _is_ddp(model) else model

@@ -50,12 +50,30 @@ tmp = tempfile.mkdtemp(prefix="autovm-runtime-executor-test-")
 torch.manual_seed(0)
 tiny = Tiny().train()
 x, y = batch(4, 32, 5)
-# Every kind the runtime binds may move (autovm.RUNTIME_KINDS); the least budget forces moves
-# of each.
-plan = autovm.plan(tiny, x, momentum(tiny), budget="min", movable=autovm.RUNTIME_KINDS,
+# A plan for this executor: every kind the runtime binds may move (plan()'s default for
+# executor="runtime", autovm.RUNTIME_KINDS); the least budget forces moves of each.
+plan = autovm.plan(tiny, x, momentum(tiny), budget="min", executor="runtime",
                    out=os.path.join(tmp, "tiny.json"),
                    extra_args=("--workspace-limit", "4KB"))
 STEPS = len(plan.steps)
+
+
+@case("plan(executor=...) sets the default movable kinds; a bad executor is refused")
+def _():
+    got = sorted(plan.options.get("movable", []))
+    if got != sorted(autovm.RUNTIME_KINDS):
+        return f"executor='runtime' planned movable {got}, not {sorted(autovm.RUNTIME_KINDS)}"
+    copy = autovm.plan(tiny, x, momentum(tiny), budget="min", out=os.path.join(tmp, "copy.json"),
+                       extra_args=("--workspace-limit", "4KB"))
+    if copy.options.get("movable") != ["activation"]:
+        return f"the copy executor's default planned movable {copy.options.get('movable')}"
+    try:
+        autovm.plan(tiny, x, momentum(tiny), executor="managed")
+    except ValueError as e:
+        if "executor must be one of 'copy', 'runtime'" not in str(e):
+            return f"unclear message: {e}"
+    else:
+        return "executor='managed' was accepted"
 
 
 def run_under_runtime(model, opt, steps=3, mode="plan"):
