@@ -50,7 +50,6 @@ from pytorch_compare import BATCH, MEASURED, RESOLUTION, build, make_optimizer  
 
 MODELS = ("vgg19", "resnet50")
 CONFIGS = ("plain", "copy", "runtime", "demand")
-RUNTIME_KINDS = ("input", "parameter", "buffer", "gradient", "optimizer_state", "activation")
 
 
 def runtime_plan_path(d, name):
@@ -69,7 +68,7 @@ def make_plans(d, names, planner, lib):
         example = torch.randn(1, 3, RESOLUTION, RESOLUTION).expand(BATCH, -1, -1, -1)
         asked = int(MEASURED[name]["plain"] * 0.5)
         out = runtime_plan_path(d, name)
-        kw = dict(planner=planner, lib=lib, movable=RUNTIME_KINDS, out=out)
+        kw = dict(planner=planner, lib=lib, executor="runtime", out=out)
         t0 = time.monotonic()
         note = None
         try:
@@ -83,7 +82,7 @@ def make_plans(d, names, planner, lib):
         manifest[name] = {"file": os.path.basename(out), "asked_budget_bytes": asked,
                           "budget_bytes": p.requested_budget_bytes,
                           "planner_budget_bytes": p.budget_bytes, "note": note,
-                          "movable": list(RUNTIME_KINDS),
+                          "movable": list(autovm.RUNTIME_KINDS),
                           "predicted_step_time_us": p.prediction.get("step_time_us"),
                           "bound_us": p.prediction.get("bound_us"),
                           "actions": {f"{k[0]} {k[1]}": v
