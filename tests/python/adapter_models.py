@@ -86,6 +86,11 @@ def compare(model_a, losses_a, model_b, losses_b):
     return ""
 
 
+def momentum(m):
+    """The tests' optimizer: SGD with momentum, whose state the plans move too."""
+    return torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+
+
 def twins(model, make_optimizer):
     """Two identical copies of `model`, each with its own optimizer."""
     a, b = copy.deepcopy(model), copy.deepcopy(model)

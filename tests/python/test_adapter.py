@@ -12,7 +12,6 @@ import json
 import os
 import sys
 import tempfile
-import traceback
 import warnings
 
 PLAN_EXE, LIB = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
@@ -24,39 +23,11 @@ import torch  # noqa: E402
 import torchvision  # noqa: E402
 
 import autovm  # noqa: E402
-from adapter_models import Tiny, TinyOutOfOrder, batch, compare, same, train, twins  # noqa: E402
+from cases import case, finish, raises  # noqa: E402
+from adapter_models import (Tiny, TinyOutOfOrder, batch, compare, momentum, same,  # noqa: E402
+                            train, twins)
 
 torch.set_num_threads(min(4, os.cpu_count() or 1))
-results = []
-
-
-def case(name):
-    def run(fn):
-        try:
-            why = fn() or ""
-            ok = not why
-        except Exception as e:
-            ok, why = False, f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"
-        results.append(ok)
-        print(f"{'PASS' if ok else 'FAIL'} {name}" + (f": {why}" if why else ""), flush=True)
-        return fn
-    return run
-
-
-def raises(kind, fn, *needles):
-    """'' when fn() raises `kind` with every needle in its message, else what happened."""
-    try:
-        fn()
-    except kind as e:
-        missing = [n for n in needles if n not in str(e)]
-        return f"message lacks {missing}: {e}" if missing else ""
-    except Exception as e:
-        return f"raised {type(e).__name__} instead of {kind.__name__}: {e}"
-    return f"no {kind.__name__} raised"
-
-
-def momentum(m):
-    return torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
 
 
 def under_plan(model_b, opt_b, plan, x, y, **kw):
@@ -719,6 +690,4 @@ def _():
     return ""
 
 
-failed = results.count(False)
-print(f"{len(results) - failed} passed, {failed} failed")
-sys.exit(1 if failed or not results else 0)
+sys.exit(finish())

@@ -16,7 +16,6 @@ import json
 import os
 import sys
 import tempfile
-import traceback
 import warnings
 
 PLAN_EXE, LIB = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
@@ -28,44 +27,15 @@ import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import autovm  # noqa: E402
+from cases import case, finish, raises  # noqa: E402
 from adapter_models import (DenseOps, GroupNormNet, UNet, UNet3d, compare,  # noqa: E402
-                            dice_loss, pixel_batch, pixel_cross_entropy, train_with, twins)
+                            dice_loss, momentum, pixel_batch, pixel_cross_entropy, train_with, twins)
 
 torch.set_num_threads(min(4, os.cpu_count() or 1))
 warnings.filterwarnings("ignore", category=UserWarning)  # the exporter's and autocast's notes
-results = []
 tmp = tempfile.mkdtemp(prefix="autovm-adapter-dense-")
 SMALL_WS = ("--workspace-limit", "4KB")  # tiny convolutions: activations dominate
 BF16 = torch.bfloat16
-
-
-def case(name):
-    def run(fn):
-        try:
-            why = fn() or ""
-            ok = not why
-        except Exception as e:
-            ok, why = False, f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"
-        results.append(ok)
-        print(f"{'PASS' if ok else 'FAIL'} {name}" + (f": {why}" if why else ""), flush=True)
-        return fn
-    return run
-
-
-def raises(kind, fn, *needles):
-    """'' when fn() raises `kind` with every needle in its message, else what happened."""
-    try:
-        fn()
-    except kind as e:
-        missing = [n for n in needles if n not in str(e)]
-        return f"message lacks {missing}: {e}" if missing else ""
-    except Exception as e:
-        return f"raised {type(e).__name__} instead of {kind.__name__}: {e}"
-    return f"no {kind.__name__} raised"
-
-
-def momentum(m):
-    return torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
 
 
 # A device whose link is 5,000 times slower than the H200's: recomputing beats moving, so
@@ -368,6 +338,4 @@ def _():
                       "dict of str to tensors"))
 
 
-failed = results.count(False)
-print(f"{len(results) - failed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+sys.exit(finish())

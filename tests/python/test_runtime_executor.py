@@ -12,7 +12,6 @@ Prints one line per case and 'N passed, M failed'; exits 1 if any failed.
 import os
 import sys
 import tempfile
-import traceback
 import warnings
 
 PLAN_EXE, LIB = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
@@ -23,27 +22,10 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "python")]
 import torch  # noqa: E402
 
 import autovm  # noqa: E402
-from adapter_models import Tiny, batch, compare, train, twins  # noqa: E402
+from cases import case, finish  # noqa: E402
+from adapter_models import Tiny, batch, compare, momentum, train, twins  # noqa: E402
 
 torch.set_num_threads(min(4, os.cpu_count() or 1))
-results = []
-
-
-def case(name):
-    def run(fn):
-        try:
-            why = fn() or ""
-            ok = not why
-        except Exception as e:
-            ok, why = False, f"{type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}"
-        results.append(ok)
-        print(f"{'PASS' if ok else 'FAIL'} {name}" + (f": {why}" if why else ""), flush=True)
-        return fn
-    return run
-
-
-def momentum(m):
-    return torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
 
 
 tmp = tempfile.mkdtemp(prefix="autovm-runtime-executor-test-")
@@ -204,6 +186,4 @@ def _():
     return ""
 
 
-failed = results.count(False)
-print(f"{len(results) - failed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+sys.exit(finish())

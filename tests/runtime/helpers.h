@@ -13,6 +13,20 @@
 
 namespace rt_test {
 
+// One letter per residency state, for residency strings written by hand in the tests:
+// - unallocated, R resident, E evicting, H on host, P prefetching, D discarded.
+inline char letter(autovm_residency r) {
+  switch (r) {
+    case AUTOVM_RESIDENCY_UNALLOCATED: return '-';
+    case AUTOVM_RESIDENCY_RESIDENT: return 'R';
+    case AUTOVM_RESIDENCY_EVICTING: return 'E';
+    case AUTOVM_RESIDENCY_ON_HOST: return 'H';
+    case AUTOVM_RESIDENCY_PREFETCHING: return 'P';
+    case AUTOVM_RESIDENCY_DISCARDED: return 'D';
+  }
+  return '?';
+}
+
 inline std::string plans_dir() {
   const char* dir = std::getenv("AUTOVM_TEST_PLANS");
   REQUIRE_MESSAGE(dir != nullptr, "AUTOVM_TEST_PLANS is not set (meson test sets it)");

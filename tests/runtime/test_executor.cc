@@ -13,17 +13,7 @@
 
 namespace {
 
-char letter(autovm_residency r) {
-  switch (r) {
-    case AUTOVM_RESIDENCY_UNALLOCATED: return '-';
-    case AUTOVM_RESIDENCY_RESIDENT: return 'R';
-    case AUTOVM_RESIDENCY_EVICTING: return 'E';
-    case AUTOVM_RESIDENCY_ON_HOST: return 'H';
-    case AUTOVM_RESIDENCY_PREFETCHING: return 'P';
-    case AUTOVM_RESIDENCY_DISCARDED: return 'D';
-  }
-  return '?';
-}
+using rt_test::letter;
 
 std::string residency(autovm::Runtime& rt, int32_t tensors) {
   std::string out;

@@ -6,23 +6,6 @@
 #include "model/fusion/match.h"
 
 namespace autovm::model::fusion {
-namespace {
-
-// The operand of the two-input `n` that `op` produces with one reader, and its producer.
-const Node* operand(const Matcher& g, const Node& n, const char* op, int* value, size_t* index) {
-  if (n.inputs.size() != 2) return nullptr;
-  for (int v : n.inputs) {
-    const Node* p = g.producer(v, op, index);
-    if (p && g.readers(v) == 1) {
-      *value = v;
-      return p;
-    }
-  }
-  return nullptr;
-}
-
-}  // namespace
-
 int fuse_gelu(Matcher& g) {
   int fused = 0;
   for (size_t i = 0; i < g.node_count(); ++i) {
@@ -30,12 +13,12 @@ int fuse_gelu(Matcher& g) {
     if (!half || half->inputs.size() != 2 || half->outputs.empty()) continue;
     int q = -1, p = -1, e = -1, a = -1;
     size_t product_index = 0, add_index = 0, erf_index = 0, div_index = 0;
-    const Node* product = operand(g, *half, "Mul", &q, &product_index);
+    const Node* product = g.sole_operand(*half, "Mul", &q, &product_index);
     if (!product || !near(g.scalar(Matcher::other_input(*half, q)), 0.5)) continue;
-    const Node* add = operand(g, *product, "Add", &p, &add_index);
+    const Node* add = g.sole_operand(*product, "Add", &p, &add_index);
     if (!add) continue;
     const int x = Matcher::other_input(*product, p);
-    const Node* erf = operand(g, *add, "Erf", &e, &erf_index);
+    const Node* erf = g.sole_operand(*add, "Erf", &e, &erf_index);
     if (x < 0 || !erf || !near(g.scalar(Matcher::other_input(*add, e)), 1.0)) continue;
     a = erf->inputs.empty() ? -1 : erf->inputs[0];
     const Node* div = g.producer(a, "Div", &div_index);

@@ -11,19 +11,6 @@
 namespace autovm::model::fusion {
 namespace {
 
-// The operand of the two-input `n` that `op` produces with one reader, and its producer.
-const Node* operand(const Matcher& g, const Node& n, const char* op, int* value, size_t* index) {
-  if (n.inputs.size() != 2) return nullptr;
-  for (int v : n.inputs) {
-    const Node* p = g.producer(v, op, index);
-    if (p && g.readers(v) == 1) {
-      *value = v;
-      return p;
-    }
-  }
-  return nullptr;
-}
-
 // The first axis of a mean over the trailing axes of its rank-`rank` input, or -1.
 int64_t trailing_axis(const Matcher& g, const Node& mean, size_t rank) {
   if (mean.attr_i("keepdims", 1) != 1) return -1;
@@ -64,9 +51,9 @@ int fuse_layer_norm(Matcher& g) {
     if (!add_bias || add_bias->inputs.size() != 2 || add_bias->outputs.empty()) continue;
     int scaled = -1, normed = -1, sd = -1, ve = -1, var = -1, sq = -1, mean = -1;
     size_t mul_i = 0, div_i = 0, sqrt_i = 0, add_eps_i = 0, var_i = 0, pow_i = 0, sub_i = 0, mean_i = 0;
-    const Node* mul = operand(g, *add_bias, "Mul", &scaled, &mul_i);
+    const Node* mul = g.sole_operand(*add_bias, "Mul", &scaled, &mul_i);
     if (!mul) continue;
-    const Node* div = operand(g, *mul, "Div", &normed, &div_i);
+    const Node* div = g.sole_operand(*mul, "Div", &normed, &div_i);
     if (!div || div->inputs.size() != 2) continue;
     const int d = div->inputs[0];
     sd = div->inputs[1];
@@ -75,7 +62,7 @@ int fuse_layer_norm(Matcher& g) {
     ve = sqrt->inputs[0];
     const Node* add_eps = g.producer(ve, "Add", &add_eps_i);
     if (!add_eps || g.readers(ve) != 1) continue;
-    const Node* var_node = operand(g, *add_eps, "ReduceMean", &var, &var_i);
+    const Node* var_node = g.sole_operand(*add_eps, "ReduceMean", &var, &var_i);
     if (!var_node) continue;
     const std::optional<double> eps = g.scalar(Matcher::other_input(*add_eps, var));
     if (!eps || *eps < 0) continue;

@@ -37,6 +37,18 @@ const Node* Matcher::producer(int v, const char* op, size_t* index) const {
   return n;
 }
 
+const Node* Matcher::sole_operand(const Node& n, const char* op, int* value, size_t* index) const {
+  if (n.inputs.size() != 2) return nullptr;
+  for (int v : n.inputs) {
+    const Node* p = producer(v, op, index);
+    if (p && readers(v) == 1) {
+      *value = v;
+      return p;
+    }
+  }
+  return nullptr;
+}
+
 std::optional<double> Matcher::scalar(int v) const {
   if (v < 0) return std::nullopt;
   const auto& val = m_.values[size_t(v)].value;

@@ -24,6 +24,9 @@ class Matcher {
   const Node* node(size_t i, const char* op) const;
   // The running, untaken node of op `op` that produces value `v` and its index; nullptr otherwise.
   const Node* producer(int v, const char* op, size_t* index = nullptr) const;
+  // The operand of the two-input node `n` that a node of op `op` produces with `n` as its one
+  // reader: that producer (its value in *value, its index in *index); nullptr otherwise.
+  const Node* sole_operand(const Node& n, const char* op, int* value, size_t* index) const;
   // Readers of `v` among the running nodes, plus one when `v` is a graph output.
   int readers(int v) const { return v < 0 ? 0 : readers_[size_t(v)]; }
   // The value of `v` when it is a known constant with one element.
