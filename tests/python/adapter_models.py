@@ -1,4 +1,5 @@
-"""Models and training loops shared by the adapter tests (test_adapter.py, test_adapter_gpu.py)."""
+"""Models and training loops shared by the adapter tests (test_adapter.py, test_adapter_gpu.py,
+test_adapter_dense.py, test_runtime_executor.py) and the dense-prediction export test."""
 import copy
 import os
 import sys
@@ -220,7 +221,8 @@ class UNet3d(nn.Module):
         return self.head(self.relu(self.conv3(torch.cat([self.up(m), e], 1))))
 
 
-def _block(conv, norm, act, cin, cout, **kw):
+def conv_block(conv, norm, act, cin, cout, **kw):
+    """conv (3x3, no bias), norm, act: a U-Net level's layer."""
     return nn.Sequential(conv(cin, cout, 3, padding=kw.pop("padding", 1), bias=False, **kw),
                          norm(cout), act())
 
@@ -232,13 +234,13 @@ class DenseOps(nn.Module):
 
     def __init__(self, c=8, classes=3):
         super().__init__()
-        self.enc1 = _block(nn.Conv2d, nn.BatchNorm2d, nn.ReLU, 3, c)
-        self.enc2 = _block(nn.Conv2d, lambda n: nn.GroupNorm(4, n), nn.LeakyReLU, c, 2 * c)
-        self.mid = _block(nn.Conv2d, lambda n: nn.InstanceNorm2d(n, affine=True), nn.ELU,
+        self.enc1 = conv_block(nn.Conv2d, nn.BatchNorm2d, nn.ReLU, 3, c)
+        self.enc2 = conv_block(nn.Conv2d, lambda n: nn.GroupNorm(4, n), nn.LeakyReLU, c, 2 * c)
+        self.mid = conv_block(nn.Conv2d, lambda n: nn.InstanceNorm2d(n, affine=True), nn.ELU,
                           2 * c, 4 * c, padding=2, dilation=2)
         self.up2 = nn.ConvTranspose2d(4 * c, 2 * c, 2, stride=2)
-        self.dec2 = _block(nn.Conv2d, nn.BatchNorm2d, nn.ReLU, 4 * c, 2 * c, groups=2)
-        self.dec1 = _block(nn.Conv2d, nn.BatchNorm2d, nn.Tanh, 3 * c, c)
+        self.dec2 = conv_block(nn.Conv2d, nn.BatchNorm2d, nn.ReLU, 4 * c, 2 * c, groups=2)
+        self.dec1 = conv_block(nn.Conv2d, nn.BatchNorm2d, nn.Tanh, 3 * c, c)
         self.drop = nn.Dropout(0.1)
         self.head = nn.Conv2d(c, classes, 1)
 

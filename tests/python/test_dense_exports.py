@@ -34,33 +34,9 @@ except ImportError:
     sys.exit(77)
 
 
-def block(conv, norm, act, cin, cout, **kw):
-    return nn.Sequential(conv(cin, cout, 3, padding=kw.pop("padding", 1), bias=False, **kw), norm(cout), act())
-
-
-class UNet2d(nn.Module):
-    """Two levels down and up: batch norm, group norm, a dilated bottleneck with instance norm,
-    a transposed-convolution up step and a bilinear one, grouped convolution."""
-
-    def __init__(self, c=8, classes=3):
-        super().__init__()
-        self.enc1 = block(nn.Conv2d, nn.BatchNorm2d, nn.ReLU, 3, c)
-        self.enc2 = block(nn.Conv2d, lambda n: nn.GroupNorm(4, n), nn.LeakyReLU, c, 2 * c)
-        self.mid = block(nn.Conv2d, lambda n: nn.InstanceNorm2d(n, affine=True), nn.ELU, 2 * c, 4 * c,
-                         padding=2, dilation=2)
-        self.up2 = nn.ConvTranspose2d(4 * c, 2 * c, 2, stride=2)
-        self.dec2 = block(nn.Conv2d, nn.BatchNorm2d, nn.ReLU, 4 * c, 2 * c, groups=2)
-        self.dec1 = block(nn.Conv2d, nn.BatchNorm2d, nn.Tanh, 3 * c, c)
-        self.drop = nn.Dropout(0.1)
-        self.head = nn.Conv2d(c, classes, 1)
-
-    def forward(self, x):
-        e1 = self.enc1(x)
-        e2 = self.enc2(F.max_pool2d(e1, 2))
-        m = self.mid(F.max_pool2d(e2, 2))
-        d2 = self.dec2(torch.cat([self.up2(m), e2], 1))
-        d1 = self.dec1(torch.cat([F.interpolate(d2, scale_factor=2, mode="bilinear", align_corners=False), e1], 1))
-        return self.head(self.drop(d1))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from adapter_models import DenseOps as UNet2d  # noqa: E402  (the 2-D U-Net of the adapter test)
+from adapter_models import conv_block as block  # noqa: E402
 
 
 class UNet3d(nn.Module):
