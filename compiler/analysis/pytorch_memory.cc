@@ -450,15 +450,24 @@ PytorchMemoryEstimate Replay::run() {
   prepare();
   // A steady step starts with the persistent tensors and the batch, and no gradients.
   int64_t batch_norms = 0;
-  for (const Step& s : g_.steps)
-    if (s.phase == Phase::forward && s.op == "BatchNormalization") batch_norms++;
+  bool products = false, biased_products = false;
+  for (const Step& s : g_.steps) {
+    if (s.phase != Phase::forward) continue;
+    if (s.op == "BatchNormalization") batch_norms++;
+    bool gemm = s.op == "Gemm" || s.op == "Linear";
+    products = products || gemm || s.op == "MatMul";
+    biased_products = biased_products || (gemm && s.inputs.size() >= 3);
+  }
+  int64_t libraries = o_.library_workspace_bytes;
+  if (products) libraries += o_.cublas_workspace_bytes;
+  if (biased_products) libraries += o_.cublaslt_workspace_bytes;
   for (const Tensor& t : g_.tensors) {
     if (!is_persistent(t.kind)) continue;
     int64_t b = pytorch_block_bytes(t.bytes);
     if (t.kind == TensorKind::input || t.kind == TensorKind::label) e.batch_bytes += b;
     else e.persistent_bytes += b;
   }
-  e.persistent_bytes += batch_norms * pytorch_block_bytes(8) + o_.library_workspace_bytes;
+  e.persistent_bytes += batch_norms * pytorch_block_bytes(8) + libraries;
   a_.start_phase("forward");
   a_.at("start");
   a_.add_persistent(e.persistent_bytes + e.batch_bytes);

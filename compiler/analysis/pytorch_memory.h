@@ -30,9 +30,16 @@
 namespace autovm {
 
 struct PytorchMemoryOptions {
-  // Held from the start by libraries (cuBLAS workspaces) and counted by the allocator. Measured
-  // 0-3 MiB beyond parameters, buffers and optimizer state after a first step of PyTorch 2.11 on
-  // the H200 (tools/bench/data/memory-model/), so 0 by default.
+  // Library workspaces that PyTorch allocates through its allocator at a library's first call
+  // and keeps for the process's life, so a steady step holds them from its start (measured
+  // with PyTorch 2.11 on the H200, a Hopper GPU, by tools/bench/autocast_peak.py's
+  // library_bytes: 32 MiB for a plain matrix product, 33 MiB more for one with a bias, which
+  // runs through cuBLASLt; PyTorch sizes them by the GPU's architecture and
+  // CUBLAS_WORKSPACE_CONFIG). cublas: any matrix product (MatMul, Gemm, Linear; every one's
+  // backward is a plain product). cublaslt: a Gemm or Linear with a bias. Convolutions, batch
+  // norm, the loss and the optimizer call neither. library_workspace_bytes: any other.
+  int64_t cublas_workspace_bytes = int64_t(32) << 20;
+  int64_t cublaslt_workspace_bytes = int64_t(33) << 20;
   int64_t library_workspace_bytes = 0;
   // cuDNN's convolution workspace, allocated around each convolution (forward, backward data,
   // backward filter): this fraction of the im2col matrix of the batch, at most `cap`.

@@ -24,6 +24,8 @@ void step(TrainingGraph& g, std::string op, Phase phase, std::vector<TensorId> i
 PytorchMemoryOptions bare() {
   PytorchMemoryOptions o;
   o.library_workspace_bytes = 0;
+  o.cublas_workspace_bytes = 0;
+  o.cublaslt_workspace_bytes = 0;
   o.conv_workspace_fraction = 0;
   o.conv_workspace_cap = 0;
   return o;
@@ -108,6 +110,14 @@ TEST_CASE("conv, in-place relu, linear and loss with momentum, by hand") {
     o.library_workspace_bytes = 1 << 20;
     CHECK(predict_pytorch_memory(g, o).peak_bytes == 143872 + (1 << 20));
   }
+  SUBCASE("a Gemm with a bias holds cuBLAS's and cuBLASLt's workspaces") {
+    PytorchMemoryOptions o = bare();
+    o.cublas_workspace_bytes = 1 << 20;
+    o.cublaslt_workspace_bytes = 3 << 20;
+    PytorchMemoryEstimate w = predict_pytorch_memory(g, o);
+    CHECK(w.persistent_bytes == 84992 + (4 << 20));
+    CHECK(w.peak_bytes == 143872 + (4 << 20));
+  }
 }
 
 TEST_CASE("Adam's foreach update allocates one list the size of the parameters") {
@@ -124,6 +134,30 @@ TEST_CASE("Adam's foreach update allocates one list the size of the parameters")
   CHECK(e.optimizer_peak_bytes == end_backward + 40960);
   CHECK(e.peak_bytes == end_backward + 40960);
   CHECK(e.peak_phase == "optimizer");
+
+  SUBCASE("a Gemm without a bias holds cuBLAS's workspace only") {
+    PytorchMemoryOptions o = bare();
+    o.cublas_workspace_bytes = 1 << 20;
+    o.cublaslt_workspace_bytes = 3 << 20;
+    CHECK(predict_pytorch_memory(g, o).peak_bytes == end_backward + 40960 + (1 << 20));
+  }
+}
+
+TEST_CASE("a graph without matrix products holds no cuBLAS workspace") {
+  TrainingGraph g;
+  TensorId x = g.add_tensor("x", TensorKind::input, DType::f32, {1, 2, 4, 4});
+  TensorId w = g.add_tensor("w", TensorKind::parameter, DType::f32, {10, 2, 4, 4});
+  TensorId c = g.add_tensor("c", TensorKind::activation, DType::f32, {1, 10, 1, 1});
+  TensorId logits = g.add_tensor("logits", TensorKind::activation, DType::f32, {1, 10});
+  step(g, "Conv", Phase::forward, {x, w}, {c});
+  step(g, "Flatten", Phase::forward, {c}, {logits});
+  finish(g, logits, {w}, "SGD");
+  PytorchMemoryOptions o = bare();
+  o.cublas_workspace_bytes = 1 << 20;
+  o.cublaslt_workspace_bytes = 3 << 20;
+  CHECK(predict_pytorch_memory(g, o).persistent_bytes == predict_pytorch_memory(g, bare()).persistent_bytes);
+  CHECK(predict_pytorch_memory(g, PytorchMemoryOptions{}).persistent_bytes ==
+        predict_pytorch_memory(g, bare()).persistent_bytes);
 }
 
 // x [1, 2, 16, 16] (2048 B) -> Conv(w [4, 2, 1, 1]) -> c [1, 4, 16, 16] (4096 B)

@@ -6,6 +6,11 @@ Each step: forward under autocast (when asked), softmax cross-entropy, backward,
 (no momentum, foreach), zero_grad(set_to_none=True); fp16 goes through torch.cuda.amp.GradScaler.
 Prints one JSON line per (model, mode): torch.cuda.max_memory_allocated of step 3 (counted from
 the start of the step, after reset_peak_memory_stats), which is what the planner predicts.
+Each model starts from an empty allocator, as in a fresh process: the cuBLAS workspaces an
+earlier model's matrix products left behind (PyTorch keeps them for the process's life) are
+released first, so a model holds them only if it runs matrix products itself. Also printed:
+"library_bytes", what the allocator holds after the first step beyond parameters, buffers,
+optimizer state and the batch (cuBLAS workspaces; 0 for a model without matrix products).
 
 usage: autocast_peak.py MODEL[,MODEL...] BATCH [fp32,bf16,fp16]
 """
@@ -27,7 +32,7 @@ def peak(name, batch, mode):
     x = torch.randn(batch, 3, 224, 224, device="cuda")
     y = torch.randint(0, 1000, (batch,), device="cuda")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mode)
-    peaks = []
+    peaks, library = [], None
     for _ in range(3):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -40,7 +45,32 @@ def peak(name, batch, mode):
         del loss
         torch.cuda.synchronize()
         peaks.append(torch.cuda.max_memory_allocated())
-    return peaks
+        if library is None:
+            held = sum(t.numel() * t.element_size() for t in _state_tensors(model, opt))
+            library = torch.cuda.memory_allocated() - held - x.nbytes - y.nbytes
+    return peaks, library
+
+
+def release_library_workspaces():
+    """Frees the cuBLAS workspaces PyTorch keeps (torch._C._cuda_clearCublasWorkspaces) and
+    the allocator's cache, so that memory_allocated() starts at 0."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+    torch.cuda.empty_cache()
+
+
+def _state_tensors(model, opt):
+    """Parameters, buffers and optimizer state, each storage once."""
+    seen, out = set(), []
+    tensors = list(model.parameters()) + list(model.buffers())
+    for state in opt.state.values():
+        tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+    for t in tensors:
+        if t.is_cuda and t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            out.append(t)
+    return out
 
 
 if __name__ == "__main__":
@@ -50,8 +80,12 @@ if __name__ == "__main__":
         for mode in modes:
             row = {"model": name, "batch": batch, "mode": mode}
             try:
-                p = peak(name, batch, mode)
-                row.update(peak_bytes=p[-1], steps=p)
+                release_library_workspaces()
+                start = torch.cuda.memory_allocated()
+                p, library = peak(name, batch, mode)
+                row.update(peak_bytes=p[-1], steps=p, library_bytes=library)
+                if start:
+                    row["allocated_before"] = start
             except Exception as e:  # one model's failure does not end the run
                 row["error"] = str(e).splitlines()[0]
             row.update(torch=torch.__version__, device=torch.cuda.get_device_name())
