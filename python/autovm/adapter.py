@@ -119,6 +119,7 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
         self._hooks = []
         self._ctx = None
         self._step = None   # the step whose forward is running
+        self._last_step = None  # a weak reference to the last step begun
         self._steps = 0
         self.copies = CopyPath(torch)  # the copy backend (copy_path.py)
         self._check_data_parallel()
@@ -247,9 +248,30 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
         self._ctx.__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.abandon_step()
         self.close()
         return False
+
+    def abandon_step(self):
+        """An exception left the last training step unfinished: its saved tensors are released
+        now. An entry holds its tensor, whose autograd node holds the entry (a cycle through
+        PyTorch's C++ objects that Python's garbage collector does not see, which only the
+        step's backward would break), so without this they would stay allocated. The GPU
+        first finishes the step's copies, which may read or write those tensors."""
+        step = self._last_step() if self._last_step is not None else None
+        if step is None:
+            return
+        torch = self.torch
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        entries = list(step.live.values()) + list(step.pending)
+        entries += [e for _, e in step.releasing]
+        for e in entries:
+            e.gpu = e.cpu = e.d2h = e.h2d = None
+        step.pending, step.releasing, step.due, step.discards_due = [], [], [], []
+        self._step = None
 
     def close(self):
         if self._ctx is not None:

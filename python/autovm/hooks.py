@@ -90,6 +90,7 @@ class _Hooks:
             if x is not None and self.input_tensor is not None:
                 self.runtime.bind(self._input_id, x)
         self._step = step
+        self._last_step = weakref.ref(step)
         self.stats.training_steps += 1
         self._trace(-1)
         self._time(self._steps, -1)

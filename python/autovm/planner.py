@@ -4,11 +4,14 @@ import copy
 import inspect
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import warnings
+import weakref
 
 from . import _lib, locate
+from . import calibrate as calibration
 from .errors import OptimizerMismatchError, PlannerError, ToolNotFoundError
 from .planfile import Plan
 from .planfile import pytorch_margin as pytorch_margin_of
@@ -259,7 +262,7 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
          planner=None, lib=None, opset=17, extra_args=(), keep_onnx=None, movable=_BY_EXECUTOR,
          pytorch_margin=True, data_parallel=False, bucket_mb=None, reserve=None,
          recompute=False, step_times=None, autocast=None, loss="cross-entropy",
-         executor="copy"):
+         executor="copy", calibrate="auto"):
     """Exports `model`, plans its training step with autovm-plan and loads the plan.
 
     budget: '8GB', '7.5GiB', a number of bytes, 'min', or None (no limit): what PyTorch may
@@ -301,8 +304,18 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     computes, Dice or focal: backward starts from the outputs' gradients; autovm-plan --loss).
     One loss term per output; a model may return a tensor, a tuple of tensors or a dict of them.
 
+    calibrate: "auto" (default): with a budget in bytes, executor "copy", no data_parallel and
+    the model and example batch on a CUDA GPU, run two training steps under the plan with
+    PyTorch's allocator capped at the budget, and plan again with a larger margin until they
+    fit (autovm/calibrate.py; the model, optimizer and random state are restored, and
+    PlannerError, exit_code 6, says so when no plan holds); True: the same, and ValueError
+    where it cannot run; False: never. The example batch's labels are used when it is
+    (input, labels).
+
     The Plan returned has requested_budget_bytes (the budget asked for) and
-    pytorch_margin_bytes (what was taken off it); budget_bytes is what autovm-plan planned for.
+    pytorch_margin_bytes (what was taken off it); budget_bytes is what autovm-plan planned for;
+    calibration: what the calibration measured ({"plans", "peak_bytes", "margin_bytes",
+    "tries"}), or None when it did not run.
     """
     if executor not in EXECUTOR_MOVABLE:
         raise ValueError(f"executor must be one of {', '.join(map(repr, EXECUTOR_MOVABLE))}, "
@@ -321,9 +334,24 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     # Checked before the slow export.
     chosen = _recompute_args(recompute, flags) + _autocast_args(autocast, flags)
     chosen += _loss_args(loss, flags)
+    b = format_budget(budget)
+    requested, margin = None, 0
+    if b is not None and b != "min":
+        requested = parse_size(b)
+    if calibrate not in ("auto", True, False):
+        raise ValueError(f"calibrate: 'auto', True or False, not {calibrate!r}")
+    calibrating = calibration.wanted(model, x, requested, executor, data_parallel)
+    if calibrate is True and not calibrating:
+        raise ValueError("calibrate=True needs a budget in bytes, executor='copy', no "
+                         "data_parallel, and the model and example batch on a CUDA GPU")
+    calibrating = calibrating and calibrate is not False
     tmp = tempfile.mkdtemp(prefix="autovm-")
     onnx_path = keep_onnx or os.path.join(tmp, "model.onnx")
-    export_onnx(model, x, onnx_path, opset=opset)
+    try:
+        export_onnx(model, x, onnx_path, opset=opset)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     out = os.path.abspath(out) if out else os.path.join(tmp, "plan.json")
     args = [exe, onnx_path, "--batch", str(batch), "--optimizer", kind] + chosen
     args += ["--memory-model", "pytorch", "--quiet"]
@@ -359,33 +387,49 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     if step_times is not None:
         args += ["--step-times", _json_file(step_times, tmp, "step-times.json")]
     args += list(extra_args)
-    b = format_budget(budget)
-    requested, margin = None, 0
-    if b is not None and b != "min":
-        requested = parse_size(b)
-        if pytorch_margin:
-            # The modelled extra does not depend on the budget: one plan without a budget has it.
-            free = os.path.join(tmp, "no-budget.json")
-            _run(args + ["-o", free])
-            with open(free, "rb") as f:
-                margin = pytorch_margin_of(json.load(f)) or 0
-            os.remove(free)
-            if requested - margin <= 0:
-                raise PlannerError(
-                    f"the budget {requested} B is below PyTorch's modelled extra memory over the "
-                    f"plan's training graph ({margin} B): no plan can keep PyTorch within it",
-                    exit_code=6)
-        b = f"{requested - margin}B"
-    if b is not None:
-        args += ["--budget", b]
-    _run(args + ["-o", out])
-    with contextlib.suppress(OSError):
-        if not keep_onnx:
-            os.remove(onnx_path)
-    p = Plan(out, lib=lib)
-    p.requested_budget_bytes = requested if requested is not None else p.budget_bytes
-    p.pytorch_margin_bytes = margin
+    if requested is not None and pytorch_margin:
+        # The modelled extra does not depend on the budget: one plan without a budget has it.
+        free = os.path.join(tmp, "no-budget.json")
+        _run(args + ["-o", free])
+        with open(free, "rb") as f:
+            margin = pytorch_margin_of(json.load(f)) or 0
+        os.remove(free)
+
+    def planned(margin):
+        if requested is not None and requested - margin <= 0:
+            raise PlannerError(
+                f"the budget {requested} B is below PyTorch's extra memory over the plan's "
+                f"training graph ({margin} B): no plan can keep PyTorch within it", exit_code=6)
+        under = f"{requested - margin}B" if requested is not None else b
+        _run(args + (["--budget", under] if under is not None else []) + ["-o", out])
+        p = Plan(out, lib=lib)
+        p.requested_budget_bytes = requested if requested is not None else p.budget_bytes
+        p.pytorch_margin_bytes = margin
+        p.calibration = None
+        return p
+
+    try:
+        p = planned(margin)
+        if calibrating:
+            p = calibration.fit(p, planned, model, example_batch, optimizer, requested,
+                                autocast=_autocast_mode(autocast), loss=loss)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            if not keep_onnx:
+                os.remove(onnx_path)
+    # The temporary folder holds the plan file (when `out` is not given) for the Plan's life.
+    weakref.finalize(p, shutil.rmtree, tmp, True)
     return p
+
+
+def _autocast_mode(autocast):
+    """plan(autocast=...) resolved: 'bf16', 'fp16' or None (fp32)."""
+    if autocast is None:
+        autocast = active_autocast()
+    return autocast or None
 
 
 def _json_file(value, tmp, name):

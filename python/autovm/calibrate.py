@@ -1,0 +1,280 @@
+"""plan()'s calibration: the first training steps run under the budget, and the model is planned
+again until PyTorch's peak holds (python/autovm/README.md, "The budget holds").
+
+A plan keeps its graph's tensors within the budget less a margin, PyTorch's memory beyond them
+(planfile.pytorch_margin models it). Two things no model of the graph knows are measured here:
+  - cuDNN chooses each convolution's algorithm by the memory that is free, and takes its
+    workspace on top of everything else;
+  - a tensor the Python code still references (a residual block's input, until the block
+    returns) stays allocated when the plan evicts it.
+
+fit() runs `steps` training steps under the plan, through the adapter as attach() runs them,
+with the caching allocator capped (torch.cuda.set_per_process_memory_fraction, which bounds
+what the allocator reserves). Under the cap cuDNN takes only algorithms whose workspace fits,
+and PyTorch keeps each convolution's choice for the rest of the process, so training
+afterwards, without the cap, allocates as the calibration did. The budget bounds what PyTorch
+allocates (torch.cuda.max_memory_allocated); reserved memory also holds the free parts of
+segments in use, so the cap is the budget, plus what was reserved beyond the allocated when
+the steps start, plus an allowance for fragmentation (FRAGMENTATION of the budget at first).
+A try ends one of three ways:
+  - the steps run and their allocated peak is within the budget: the plan holds;
+  - the peak passes the budget, or an allocation fails with what was allocated plus the
+    request beyond the budget: the plan is short. The margin grows by the shortfall plus
+    SLACK_FRACTION of the budget, and the model is planned again;
+  - an allocation fails with what was allocated plus the request within the budget: the
+    allocator's fragmentation, not the plan, ran out. The allowance grows by what was
+    reserved beyond the allocated, and the same plan runs again.
+After `attempts` tries, or when no plan fits the margin, PlannerError (exit_code 6) says so,
+with each try, before training starts.
+
+The steps change nothing the script can see: the parameters, buffers, gradients, optimizer
+state, the random number generators and the model's training flag are restored afterwards.
+The loss is the one plan() was told of: cross-entropy against the example batch's labels (or
+random ones of the outputs' shape), mean squared error against zeros, or, for "external",
+backward from gradients of ones (the script's own loss is not known here: its memory is what
+the plan's external-loss reserve stands for).
+"""
+import contextlib
+import copy
+import gc
+import re
+
+from .errors import PlannerError
+
+# What each failed plan's margin grows by beyond the shortfall, as a fraction of the budget:
+# the shortfall is that of the first allocation that failed, and later ones in the same step
+# may be short by a little more.
+SLACK_FRACTION = 0.01
+# What the first try's cap allows beyond the budget for segments the steps leave partly free.
+FRAGMENTATION = 0.1
+_SIZE = re.compile(r"Tried to allocate ([0-9.]+) (B|KiB|MiB|GiB|TiB)")
+_UNIT = {"B": 1, "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30, "TiB": 2 ** 40}
+
+
+def wanted(model, example_batch, budget, executor, data_parallel):
+    """Whether plan(calibrate="auto") calibrates: a budget in bytes, the copy executor, one
+    process, and the model and its input on a CUDA GPU."""
+    from .planner import example_input
+
+    if budget is None or executor != "copy" or data_parallel:
+        return False
+    p = next(iter(model.parameters()), None)
+    return p is not None and p.is_cuda and example_input(example_batch).is_cuda
+
+
+def requested_bytes(message):
+    """The request of a PyTorch out-of-memory message ("Tried to allocate 2.00 GiB"), or 0."""
+    m = _SIZE.search(message)
+    return int(float(m.group(1)) * _UNIT[m.group(2)]) if m else 0
+
+
+def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
+        loss="cross-entropy", steps=2, attempts=6):
+    """The first plan (of replan(margin), starting from `plan`) whose `steps` training steps
+    run within `budget` bytes. replan(margin) plans under budget - margin. The plan returned
+    has .calibration: {"plans", "peak_bytes", "margin_bytes", "tries": [...]}."""
+    import torch
+
+    from .planner import example_input
+
+    x = example_input(example_batch)
+    device = x.device
+    total = torch.cuda.get_device_properties(device).total_memory
+    if budget > total:
+        raise PlannerError(f"the budget {budget} B is more than the GPU's {total} B", exit_code=6)
+    labels = _labels(example_batch)
+    margin = plan.pytorch_margin_bytes
+    allowance = int(FRAGMENTATION * budget)
+    tries = []
+    saved = _Snapshot(model, optimizer)
+    try:
+        for n in range(1, attempts + 1):
+            peak, oom, start = _measure(plan, model, optimizer, x, labels, budget, allowance,
+                                        total, device, autocast=autocast, loss=loss,
+                                        steps=steps)
+            saved.restore()
+            tries.append({"margin_bytes": margin, "planned_budget_bytes": plan.budget_bytes,
+                          "peak_bytes": peak, "out_of_memory": oom, **start})
+            if oom is None and peak <= budget:
+                plan.calibration = {"plans": len({t["margin_bytes"] for t in tries}),
+                                    "tries": tries, "peak_bytes": peak, "margin_bytes": margin}
+                return plan
+            if oom is None:
+                short = peak - budget
+            else:
+                short = oom["allocated_bytes"] + oom["requested_bytes"] - budget
+                if short <= 0:  # fragmentation: the same plan, with more room to reserve
+                    allowance += oom["reserved_bytes"] - oom["allocated_bytes"]
+                    continue
+            margin += short + int(SLACK_FRACTION * budget)
+            if n == attempts or margin >= budget:
+                break
+            try:
+                plan = replan(margin)
+            except PlannerError as e:
+                raise PlannerError(
+                    f"the budget {budget} B cannot be promised: no plan keeps the graph within "
+                    f"it less {margin} B, what PyTorch was measured to hold beyond the graph "
+                    f"({_tries(tries)}): {e}", exit_code=6) from e
+        raise PlannerError(f"the budget {budget} B cannot be promised: PyTorch ran out of it "
+                           f"in {len(tries)} tries ({_tries(tries)}). Give a larger budget",
+                           exit_code=6)
+    finally:
+        saved.restore()
+        del saved
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def _tries(tries):
+    """The tries of fit() in a line: each plan's budget and where PyTorch ran out."""
+    out = []
+    for t in tries:
+        o = t["out_of_memory"]
+        out.append(f"planned for {t['planned_budget_bytes']} B, from {t['allocated_before_bytes']}"
+                   f" B allocated: " + (f"peak {t['peak_bytes']} B" if o is None else
+                      f"out of memory after plan step {o['after_step']} asking "
+                      f"{o['requested_bytes']} B with {o['allocated_bytes']} B allocated, "
+                      f"{o['reserved_bytes']} B reserved"))
+    return "; ".join(out)
+
+
+def _measure(plan, model, optimizer, x, labels, budget, allowance, total, device, *,
+             autocast, loss, steps):
+    """Peak bytes of `steps` training steps under `plan` with the allocator capped (the
+    module's docstring says at what); None, or the out-of-memory figures of the allocation
+    that failed; and the allocator's figures at the start, with the cap."""
+    import torch
+
+    from .adapter import attach
+
+    getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    before = getter(device) if getter else 1.0
+    torch.cuda.synchronize(device)
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    allocated = torch.cuda.memory_allocated(device)
+    held = torch.cuda.memory_reserved(device) - allocated
+    cap = min(total, budget + held + allowance)
+    start = {"allocated_before_bytes": allocated, "reserved_before_bytes": allocated + held,
+             "cap_bytes": cap}
+    oom = None
+    model.train()
+    torch.cuda.set_per_process_memory_fraction(cap / total, device)
+    peaks = []
+    try:
+        with attach(model, optimizer, plan, unrealized="ignore") as run:
+            run.memory_trace = []  # where a step ran out; it resets the peak at each boundary
+            try:
+                for _ in range(steps):
+                    _step(model, optimizer, x, labels, autocast, loss)
+                torch.cuda.synchronize(device)
+            except torch.cuda.OutOfMemoryError as e:  # the step's tensors are still held
+                trace = run.memory_trace
+                oom = {"allocated_bytes": torch.cuda.memory_allocated(device),
+                       "reserved_bytes": torch.cuda.memory_reserved(device),
+                       "requested_bytes": requested_bytes(str(e)),
+                       "after_step": trace[-1]["pos"] if trace else None,
+                       "message": str(e).splitlines()[0][:400]}
+                run.abandon_step()  # its saved tensors go now, not with a backward
+            peaks = [e["peak"] for e in run.memory_trace]
+            run.memory_trace = None
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize(device)
+        return max(peaks + [torch.cuda.max_memory_allocated(device)]), oom, start
+    finally:
+        torch.cuda.set_per_process_memory_fraction(before, device)
+
+
+def _step(model, optimizer, x, labels, autocast, loss):
+    import torch
+    import torch.nn.functional as F
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(autocast)
+    optimizer.zero_grad(set_to_none=True)
+    mixed = torch.autocast(x.device.type, dtype=dtype) if dtype else contextlib.nullcontext()
+    with mixed:
+        outs = _outputs(model(x))
+        if loss == "cross-entropy":
+            value = sum(F.cross_entropy(o, _labels_for(o, labels)) for o in outs)
+        elif loss == "mse":
+            value = sum(F.mse_loss(o.float(), torch.zeros(o.shape, device=o.device))
+                        for o in outs)
+        else:
+            value = None
+    if value is None:
+        torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+    else:
+        value.backward()
+    optimizer.step()
+
+
+def _outputs(out):
+    if isinstance(out, dict):
+        return list(out.values())
+    if isinstance(out, (tuple, list)):
+        return list(out)
+    return [out]
+
+
+def _labels(example_batch):
+    import torch
+
+    if isinstance(example_batch, (tuple, list)) and len(example_batch) > 1:
+        y = example_batch[1]
+        if isinstance(y, torch.Tensor) and not y.is_floating_point():
+            return y
+    return None
+
+
+def _labels_for(out, labels):
+    """The example's labels when they fit this output ([N] for [N, C], [N, ...] for
+    [N, C, ...]), else class indices in [0, C) from a generator of its own (the global random
+    state is not drawn from)."""
+    import torch
+
+    shape = (out.shape[0],) + tuple(out.shape[2:])
+    if labels is not None and tuple(labels.shape) == shape:
+        return labels.to(out.device)
+    gen = torch.Generator(device=out.device)
+    gen.manual_seed(0)
+    return torch.randint(0, out.shape[1], shape, device=out.device, generator=gen)
+
+
+class _Snapshot:
+    """The model's parameters and buffers (host copies), its gradients and training flag, the
+    optimizer's state (host copies) and the random number generators, restored in place."""
+
+    def __init__(self, model, optimizer):
+        import torch
+
+        self.torch, self.model, self.optimizer = torch, model, optimizer
+        self.training = model.training
+        tensors = list(model.parameters()) + [b for b in model.buffers() if b is not None]
+        self.values = [(t, t.detach().to("cpu", copy=True)) for t in tensors]
+        self.grads = [(p, p.grad) for p in model.parameters()]
+        sd = optimizer.state_dict()
+        self.optimizer_state = {
+            "state": {k: {n: (v.detach().to("cpu", copy=True) if torch.is_tensor(v)
+                              else copy.deepcopy(v)) for n, v in s.items()}
+                      for k, s in sd["state"].items()},
+            "param_groups": copy.deepcopy(sd["param_groups"])}
+        self.cpu_rng = torch.get_rng_state()
+        self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+        for p, _ in self.grads:
+            p.grad = None
+        model.train()
+
+    def restore(self):
+        torch = self.torch
+        with torch.no_grad():
+            for t, v in self.values:
+                t.copy_(v)
+        for p, g in self.grads:
+            p.grad = g
+        self.optimizer.load_state_dict(self.optimizer_state)
+        torch.set_rng_state(self.cpu_rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self.cuda_rng)
+        self.model.train(self.training)

@@ -1,0 +1,191 @@
+#!/usr/bin/python3
+"""plan()'s calibration (python/autovm/calibrate.py) on the CPU: the parts that run without a GPU.
+The training steps it runs change nothing the script sees (parameters, buffers, momentum,
+gradients, the training flag and the random state are restored, so training afterwards is
+bit-identical to training that never calibrated); out-of-memory messages are read; labels are
+taken from the example batch or made without drawing from the global random state; and
+calibrate= is checked. The loop under a capped allocator runs in the gpu suite
+(test_adapter_gpu.py).
+
+usage: test_calibrate.py AUTOVM_PLAN LIBAUTOVM
+Prints one line per case and 'N passed, M failed'; exits 1 if any failed.
+"""
+import gc
+import os
+import sys
+import warnings
+import weakref
+
+PLAN_EXE, LIB = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+os.environ["AUTOVM_PLAN"], os.environ["AUTOVM_LIB"] = PLAN_EXE, LIB
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "python")]
+
+import torch  # noqa: E402
+
+import autovm  # noqa: E402
+from autovm import calibrate  # noqa: E402
+from cases import case, finish, raises  # noqa: E402
+from adapter_models import Tiny, UNet, batch, compare, momentum, same, train, twins  # noqa: E402
+
+torch.set_num_threads(min(4, os.cpu_count() or 1))
+warnings.simplefilter("ignore")  # torch.autocast("cuda", enabled=False) on a CPU-only torch
+x, y = batch(4, 32, 5)
+
+
+def calibration_steps(model, opt, steps=2, loss="cross-entropy", labels=None):
+    s = calibrate._Snapshot(model, opt)
+    for _ in range(steps):
+        calibrate._step(model, opt, x, labels, None, loss)
+    s.restore()
+
+
+@case("training after the calibration's steps is bit-identical to training without them")
+def _():
+    torch.manual_seed(0)
+    a, oa, b, ob = twins(Tiny().train(), momentum)
+    train(a, oa, x, y, steps=1)  # momentum buffers exist: the optimizer's state is restored
+    train(b, ob, x, y, steps=1)
+    calibration_steps(a, oa, labels=y)
+    return compare(a, train(a, oa, x, y), b, train(b, ob, x, y))
+
+
+@case("an optimizer without state before the steps has none after them")
+def _():
+    torch.manual_seed(0)
+    m = Tiny().train()
+    opt = momentum(m)
+    calibration_steps(m, opt)
+    return "" if len(opt.state) == 0 else f"{len(opt.state)} states left"
+
+
+@case("gradients, the training flag and the random state are as they were")
+def _():
+    torch.manual_seed(0)
+    m = Tiny()
+    opt = momentum(m)
+    grads = [torch.full_like(p, 0.5) for p in m.parameters()]
+    for p, g in zip(m.parameters(), grads):
+        p.grad = g
+    m.eval()
+    torch.manual_seed(5)
+    calibration_steps(m, opt, loss="external")  # dropout draws in train mode
+    after = torch.rand(4)
+    torch.manual_seed(5)
+    if not same(after, torch.rand(4)):
+        return "the random state moved"
+    if m.training:
+        return "the model was left in training mode"
+    if any(p.grad is not g for p, g in zip(m.parameters(), grads)):
+        return "a gradient is not the tensor it was"
+    return ""
+
+
+@case("each loss the plan knows runs: cross-entropy per pixel, MSE, external, a dict output")
+def _():
+    torch.manual_seed(0)
+    unet = UNet().train()
+    xs = torch.randn(2, 3, 32, 32)
+    before = {k: v.clone() for k, v in unet.state_dict().items()}
+    opt = momentum(unet)
+    for loss in ("cross-entropy", "mse", "external"):
+        s = calibrate._Snapshot(unet, opt)
+        calibrate._step(unet, opt, xs, None, None, loss)
+        s.restore()
+    changed = [k for k, v in unet.state_dict().items() if not same(v, before[k])]
+    return f"{changed} not restored" if changed else ""
+
+
+@case("labels: the example's when they fit the output, else made from a generator of their own")
+def _():
+    logits = torch.zeros(4, 7)
+    if calibrate._labels_for(logits, y) is not y:
+        return "the example's labels were not used"
+    torch.manual_seed(9)
+    made = calibrate._labels_for(torch.zeros(2, 3, 5, 5), y)
+    drawn = torch.rand(1)
+    torch.manual_seed(9)
+    if not same(drawn, torch.rand(1)):
+        return "making labels drew from the global random state"
+    if made.shape != (2, 5, 5) or made.dtype != torch.int64 or int(made.max()) > 2:
+        return f"labels {made.shape} {made.dtype} up to {int(made.max())}"
+    if calibrate._labels((x, y)) is not y or calibrate._labels(x) is not None:
+        return "the example batch's labels were not found"
+    return ""
+
+
+@case("out-of-memory messages: the request's size")
+def _():
+    msg = ("CUDA out of memory. Tried to allocate 2.50 GiB. GPU 0 has a total capacity of "
+           "139.81 GiB of which 1.00 GiB is free.")
+    got = [calibrate.requested_bytes(msg),
+           calibrate.requested_bytes("Tried to allocate 512.00 KiB (GPU 0)"),
+           calibrate.requested_bytes("Tried to allocate 20.00 MiB"),
+           calibrate.requested_bytes("something else")]
+    want = [int(2.5 * 2 ** 30), 512 * 1024, 20 * 2 ** 20, 0]
+    return "" if got == want else f"{got} != {want}"
+
+
+@case("calibrate=: 'auto' skips the CPU, True there is an error, other values are refused")
+def _():
+    m = Tiny().train()
+    opt = momentum(m)
+    p = autovm.plan(m, x, opt, budget="1GB")
+    if p.calibration is not None:
+        return f"calibrated on the CPU: {p.calibration}"
+    why = raises(ValueError, lambda: autovm.plan(m, x, opt, budget="1GB", calibrate=True),
+                 "calibrate=True", "CUDA")
+    return why or raises(ValueError, lambda: autovm.plan(m, x, opt, calibrate="yes"),
+                         "calibrate")
+
+
+@case("a plan's temporary folder goes with the Plan")
+def _():
+    import gc
+    m = Tiny().train()
+    p = autovm.plan(m, x, momentum(m))
+    folder = os.path.dirname(p.path)
+    if not os.path.isdir(folder):
+        return "the folder went while the Plan lived"
+    del p
+    gc.collect()
+    return "" if not os.path.exists(folder) else f"{folder} is left"
+
+
+class Boom(Tiny):
+    """Tiny's first layers, then an exception: a training step that runs out part way."""
+
+    def forward(self, x):
+        r = self.relu(self.bn1(self.conv1(x)))  # in place: ReLU's node saves its output
+        self.kept = weakref.ref(r)
+        self.pool(r)
+        raise RuntimeError("boom")
+
+
+@case("an exception in a training step under attach() frees the step's saved tensors")
+def _():
+    def run(abandon):
+        torch.manual_seed(0)
+        m = Boom().train()
+        opt = momentum(m)
+        plan = autovm.plan(Tiny().train(), x, opt)
+        try:
+            with autovm.attach(m, opt, plan):
+                try:
+                    m(x)
+                except RuntimeError:
+                    if abandon:
+                        raise  # the with block ends with it: attach() abandons the step
+        except RuntimeError:
+            pass
+        gc.collect()
+        return m.kept() is None
+
+    if not run(True):
+        return "the pooled activation is still alive after the with block"
+    if run(False):
+        return "without abandoning the step the tensor went too: the case tests nothing"
+    return ""
+
+
+sys.exit(finish())
