@@ -34,6 +34,8 @@
 //                            own; a reader that saves one keeps the whole input, and its
 //                            gradient is counted at the input's size
 //       Instance/GroupNorm   save input and the statistics (their gradient rule's needs)
+//       ScaledDotProductAttention  (fused, flash or memory-efficient kernel) saves q, k, v, its
+//                            output and the f32 logsumexp; never the [.., Lq, Lk] matrices
 //       Pad read only by a pooling op: no op of its own (PyTorch pools with padding)
 //       any other op         saves what the compiler's gradient rule needs
 //     Cross-entropy is log_softmax (saves its output, the scores' shape) then nll_loss (a
@@ -215,7 +217,8 @@ void Replay::prepare() {
       TensorId o = s.outputs[i];
       bool side = i > 0 && (s.op == "BatchNormalization" || s.op == "LayerNormalization" ||
                             s.op == "InstanceNormalization" || s.op == "GroupNormalization" ||
-                            s.op == "Dropout" || s.op == "MaxPool");
+                            s.op == "Dropout" || s.op == "MaxPool" ||
+                            s.op == "ScaledDotProductAttention");
       requires_grad_[size_t(o)] = T(o).kind == TensorKind::activation ? any && !side && is_floating(T(o).dtype)
                                                                         : requires_grad_[size_t(o)];
     }

@@ -163,6 +163,16 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
       }
     }
 
+    if (n.op == "ScatterND" && any_grad) {
+      const std::string reduction = n.attr_s("reduction", "none");
+      if (reduction != "none" && reduction != "add")
+        throw Error(ErrorKind::unsupported,
+                    fmt::format("node '{}' (ScatterND) scatters with reduction '{}' into a tensor "
+                                "that needs a gradient; AutoVM differentiates ScatterND with "
+                                "reduction none or add only",
+                                n.name, reduction));
+    }
+
     std::vector<TensorId> step_outputs;
     if (n.op == "BatchNormalization") {
       if (n.outputs.empty() || n.outputs[0] < 0 || data < 5)
@@ -194,6 +204,14 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
                    : add(n.name + suffix, TensorKind::activation, DType::f32, stats, false);
       };
       rec.outputs = {y, saved(1, "/saved_mean"), saved(2, "/saved_inv_std")};
+      step_outputs = rec.outputs;
+    } else if (n.op == "ScaledDotProductAttention") {
+      // The kernels' logsumexp, one f32 per query row (the memory-efficient kernel pads the
+      // rows to a multiple of 32, at most 31 more floats a row).
+      TensorId y = new_output(n.outputs[0], any_grad);
+      Shape rows = g.tensor(y).shape;
+      rows.pop_back();
+      rec.outputs = {y, add(n.name + "/logsumexp", TensorKind::activation, DType::f32, rows, false)};
       step_outputs = rec.outputs;
     } else if (n.op == "InstanceNormalization" || n.op == "GroupNormalization") {
       // Saved statistics: one per (sample, channel), or per (sample, group).
