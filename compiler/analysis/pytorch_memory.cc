@@ -35,7 +35,9 @@
 //                            gradient is counted at the input's size
 //       Instance/GroupNorm   save input and the statistics (their gradient rule's needs)
 //       ScaledDotProductAttention  (fused, flash or memory-efficient kernel) saves q, k, v, its
-//                            output and the f32 logsumexp; never the [.., Lq, Lk] matrices
+//                            output and the f32 logsumexp; never the [.., Lq, Lk] matrices;
+//                            its backward allocates dq, dk, dv (the kernels' f32 row sums and
+//                            flash's f32 dq accumulator, transient, are not modelled)
 //       Pad read only by a pooling op: no op of its own (PyTorch pools with padding)
 //       any other op         saves what the compiler's gradient rule needs for the inputs
 //                            that require a gradient (x * c saves c, a constant, not x)

@@ -2,11 +2,15 @@
 // attention that torch.nn.MultiheadAttention and F.scaled_dot_product_attention compute, as the
 // TorchScript exporter writes it (a, b and s optional scalar Mul or Div, the softmax over the
 // last axis, no mask and no dropout). In training PyTorch 2 runs it as one fused kernel
-// (flash attention for 16-bit inputs, memory-efficient attention for f32), which never
-// materialises the [..., Lq, Lk] score and probability matrices: its autograd node saves
-// query, key, value, the output and a logsumexp (derivatives.yaml,
-// _scaled_dot_product_efficient_attention and _scaled_dot_product_flash_attention), where the
-// decomposition would keep the probabilities for its second MatMul.
+// (flash attention for 16-bit inputs; memory-efficient attention for f32, which flash does not
+// take), which never materialises the [..., Lq, Lk] score and probability matrices. By
+// derivatives.yaml, _scaled_dot_product_efficient_attention returns (output, log_sumexp,
+// philox_seed, philox_offset) and its backward reads query, key, value, output, log_sumexp and
+// the philox scalars; _scaled_dot_product_flash_attention returns (output, logsumexp, cum_seq_q,
+// cum_seq_k, max_q, max_k, rng_state, unused, debug_attn_mask) and its backward reads query,
+// key, value, output, logsumexp and the rng state. So autograd keeps q, k, v, the output and
+// an f32 logsumexp ([B, H, Lq]; the memory-efficient kernel pads Lq to a multiple of 32), and
+// a few scalars, where the decomposition keeps the probabilities for its second MatMul.
 //
 // The fused node reads K [..., Lk, d], not K transposed: the key's Transpose is rewritten to
 // the permutation that yields K (and dropped when that is the identity). Its attribute `scale`
