@@ -235,8 +235,9 @@ TEST_CASE("linear: Add(MatMul(x, Transpose(W)), b) on a rank-3 input becomes Lin
 }
 
 // A tiny attention block on h: four heads of eight positions of eight features, q = k = v =
-// Reshape(h) [2, 4, 8, 8] (2048 bytes), y4 = attention [2, 4, 8, 8], read back as the logits.
-ModelBuilder attention_block(bool masked) {
+// Reshape(h) [2, 4, 8, 8] (2048 bytes), y4 = attention [2, 4, 8, 8], read back as the logits;
+// with `dropout`, a training Dropout(0.1) on the probabilities, its mask "mask".
+ModelBuilder attention_block(bool masked, bool dropout = false) {
   ModelBuilder b = start();
   b.constant("heads", DType::i64, {4}, {2, 4, 8, 8}).constant("flat", DType::i64, {2}, {2, 256});
   scalar(b, "root_d", std::sqrt(8.0));
@@ -251,7 +252,14 @@ ModelBuilder attention_block(bool masked) {
     scores = "sb";
   }
   b.node("Softmax", "softmax", {scores}, {{"p", {2, 4, 8, 8}}}, {{"axis", test::int_attr(-1)}});
-  b.node("MatMul", "pv", {"p", "hq"}, {{"y4", {2, 4, 8, 8}}});
+  std::string probs = "p";
+  if (dropout) {
+    scalar(b, "ratio", 0.1);
+    b.constant("train", DType::boolean, {}, {1});
+    b.node("Dropout", "drop", {"p", "ratio", "train"}, {{"pd", {2, 4, 8, 8}}, {"mask", {2, 4, 8, 8}}});
+    probs = "pd";
+  }
+  b.node("MatMul", "pv", {probs, "hq"}, {{"y4", {2, 4, 8, 8}}});
   b.node("Reshape", "merge_heads", {"y4", "flat"}, {{"y", {2, 256}}});
   b.output("y");
   return b;
@@ -290,6 +298,20 @@ TEST_CASE("attention: MatMul(Softmax(MatMul(q / sqrt d, Transpose(k))), v) becom
   CHECK(fwd->flops == doctest::Approx(512.0 * 37));
   CHECK(bwd->flops == doctest::Approx(2.5 * 512 * 37));
   CHECK(bwd->outputs.size() == 3);
+}
+
+TEST_CASE("attention with dropout on the probabilities: the kernel drops, no mask is kept") {
+  ModelBuilder b = attention_block(false, true);
+  CHECK(model::fuse_kernels(b.m) == model::FusionCounts{{"ScaledDotProductAttention", 1}});
+  CHECK(nodes(b.m) == Ops{"Gemm fc(x, w, b) -> h", "Reshape split_heads(h, heads) -> hq",
+                          "ScaledDotProductAttention pv(hq, hq, hq) -> y4",
+                          "Reshape merge_heads(y4, flat) -> y"});
+  CHECK(b.m.nodes[2].attr_f("dropout", 0) == doctest::Approx(0.1));
+  CHECK(saved_bytes(b.m) == kH + kH + 512 + kLoss);  // as without dropout: no [.., L, L] mask
+
+  ModelBuilder near = attention_block(false, true);  // the mask is read: it must exist
+  near.output("mask");
+  CHECK(model::fuse_kernels(near.m).empty());
 }
 
 TEST_CASE("attention on the 1.13 exporter's [N * heads, L, d] layout rewrites the key's Transpose") {

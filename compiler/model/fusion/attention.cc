@@ -1,7 +1,7 @@
-// ScaledDotProductAttention: MatMul(Softmax(s * MatMul(q * a, Transpose(k0) * b)), v), the
-// attention that torch.nn.MultiheadAttention and F.scaled_dot_product_attention compute, as the
-// TorchScript exporter writes it (a, b and s optional scalar Mul or Div, the softmax over the
-// last axis, no mask and no dropout). In training PyTorch 2 runs it as one fused kernel
+// ScaledDotProductAttention: MatMul(Dropout?(Softmax(s * MatMul(q * a, Transpose(k0) * b))), v),
+// the attention that torch.nn.MultiheadAttention and F.scaled_dot_product_attention compute, as
+// the TorchScript exporter writes it (a, b and s optional scalar Mul or Div, the softmax over the
+// last axis, no mask; a dropout of known ratio whose mask nothing reads). In training PyTorch 2 runs it as one fused kernel
 // (flash attention for 16-bit inputs; memory-efficient attention for f32, which flash does not
 // take), which never materialises the [..., Lq, Lk] score and probability matrices. By
 // derivatives.yaml, _scaled_dot_product_efficient_attention returns (output, log_sumexp,
@@ -14,7 +14,9 @@
 //
 // The fused node reads K [..., Lk, d], not K transposed: the key's Transpose is rewritten to
 // the permutation that yields K (and dropped when that is the identity). Its attribute `scale`
-// is the product of the scalars, applied to Q K^T.
+// is the product of the scalars, applied to Q K^T; `dropout` the probability the kernel drops
+// with (0: none, or a Dropout that does not train). The kernels draw their dropout from a
+// philox seed and offset (the scalars above): no mask is kept.
 #include "model/fusion/match.h"
 
 namespace autovm::model::fusion {
@@ -51,6 +53,28 @@ int unscale(const Matcher& g, int v, double* scale, std::vector<size_t>* removed
   return v;
 }
 
+// The probability a Dropout node drops with while training (0 when it is the identity); false
+// when its ratio or training mode is not a known constant. The rule of training/forward.cc: a
+// ratio of 0 drops nothing, and before opset 12 a Dropout node exists only to be applied.
+bool dropout_ratio(const Matcher& g, const Node& n, double* ratio) {
+  const auto known = [&](size_t k) -> const std::optional<ConstValue>* {
+    if (k >= n.inputs.size() || n.inputs[k] < 0) return nullptr;
+    return &g.model().values[size_t(n.inputs[k])].value;
+  };
+  *ratio = n.attr_f("ratio", 0.5);
+  if (const auto* r = known(1)) {
+    if (!*r || (*r)->floats.empty()) return false;
+    *ratio = (*r)->floats[0];
+  }
+  bool training = g.model().opset < 12;
+  if (const auto* t = known(2)) {
+    if (!*t || (*t)->ints.empty()) return false;
+    training = (*t)->ints[0] != 0;
+  }
+  if (!training || *ratio <= 0) *ratio = 0;
+  return *ratio < 1;
+}
+
 bool is_identity(const std::vector<int64_t>& perm) {
   for (size_t i = 0; i < perm.size(); ++i)
     if (perm[i] != int64_t(i)) return false;
@@ -64,9 +88,18 @@ int fuse_attention(Matcher& g) {
   for (size_t i = 0; i < g.node_count(); ++i) {
     const Node* mm_pv = g.node(i, "MatMul");
     if (!mm_pv || mm_pv->inputs.size() != 2 || mm_pv->outputs.empty()) continue;
-    const int p = mm_pv->inputs[0], v = mm_pv->inputs[1];
+    int p = mm_pv->inputs[0];
+    const int v = mm_pv->inputs[1];
     std::vector<size_t> removed;
     size_t index = 0;
+    double dropout = 0;
+    if (const Node* drop = g.producer(p, "Dropout", &index)) {  // on the probabilities, mask unread
+      if (g.readers(p) != 1 || drop->inputs.empty() || !dropout_ratio(g, *drop, &dropout) ||
+          (drop->outputs.size() > 1 && g.readers(drop->outputs[1]) != 0))
+        continue;
+      removed.push_back(index);
+      p = drop->inputs[0];
+    }
     const Node* softmax = g.producer(p, "Softmax", &index);
     if (!softmax || g.readers(p) != 1 || softmax->inputs.size() != 1) continue;
     const Shape* ps = shape(g, p);
@@ -116,6 +149,8 @@ int fuse_attention(Matcher& g) {
     Attributes::Map attrs;
     attrs["scale"].kind = Attribute::Kind::f;
     attrs["scale"].f = scale;
+    attrs["dropout"].kind = Attribute::Kind::f;
+    attrs["dropout"].f = dropout;
     g.fuse(i, fused_node(*mm_pv, "ScaledDotProductAttention", {q, k, v}, attrs), removed);
     fused++;
   }
