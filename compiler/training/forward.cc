@@ -79,11 +79,21 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
   auto apply_autocast = [&](Autocast mode, size_t ni, std::vector<TensorId>& inputs, size_t data) {
     const model::Node& n = m.nodes[ni];
     const DType low = low_dtype(mode);
+    // PyTorch's type promotion: a zero-dim operand (a constant scale) does not widen a tensor
+    // with dims (bf16 q * 0.125 stays bf16); among operands of one kind the widest wins.
     DType widest = DType::undefined;
-    for (size_t i = 0; i < data; ++i) {
-      if (inputs[i] == kNoTensor || !is_floating(g.tensor(inputs[i]).dtype)) continue;
-      DType d = g.tensor(inputs[i]).dtype;
-      if (widest == DType::undefined || d == DType::f32 || d == DType::f64) widest = d == DType::f64 ? DType::f32 : d;
+    for (bool zero_dim : {false, true}) {
+      for (size_t i = 0; i < data && widest == DType::undefined; ++i) {
+        if (inputs[i] == kNoTensor || !is_floating(g.tensor(inputs[i]).dtype)) continue;
+        if (g.tensor(inputs[i]).shape.empty() != zero_dim) continue;
+        for (size_t j = i; j < data; ++j) {
+          if (inputs[j] == kNoTensor || !is_floating(g.tensor(inputs[j]).dtype) ||
+              g.tensor(inputs[j]).shape.empty() != zero_dim)
+            continue;
+          DType d = g.tensor(inputs[j]).dtype;
+          if (widest == DType::undefined || d == DType::f32 || d == DType::f64) widest = d == DType::f64 ? DType::f32 : d;
+        }
+      }
     }
     const AutocastList list = autocast_list(n.op);
     if (list == AutocastList::other) {
