@@ -1,9 +1,10 @@
 // ScaledDotProductAttention: MatMul(Dropout?(Softmax(s * MatMul(q * a, Transpose(k0) * b))), v),
 // the attention that torch.nn.MultiheadAttention and F.scaled_dot_product_attention compute, as
 // the TorchScript exporter writes it (a, b and s optional scalar Mul or Div, the softmax over the
-// last axis, no mask; a dropout of known ratio whose mask nothing reads). In training PyTorch 2 runs it as one fused kernel
-// (flash attention for 16-bit inputs; memory-efficient attention for f32, which flash does not
-// take), which never materialises the [..., Lq, Lk] score and probability matrices. By
+// last axis, no mask; a dropout of known ratio whose mask nothing reads). In training PyTorch 2
+// runs it as one fused kernel (flash attention for 16-bit inputs; memory-efficient attention for
+// f32, which flash does not take), which never materialises the [..., Lq, Lk] score and
+// probability matrices. By
 // derivatives.yaml, _scaled_dot_product_efficient_attention returns (output, log_sumexp,
 // philox_seed, philox_offset) and its backward reads query, key, value, output, log_sumexp and
 // the philox scalars; _scaled_dot_product_flash_attention returns (output, logsumexp, cum_seq_q,
