@@ -34,8 +34,13 @@
 //                            own; a reader that saves one keeps the whole input, and its
 //                            gradient is counted at the input's size
 //       Instance/GroupNorm   save input and the statistics (their gradient rule's needs)
+//       ScaledDotProductAttention  (fused, flash or memory-efficient kernel) saves q, k, v, its
+//                            output and the f32 logsumexp; never the [.., Lq, Lk] matrices;
+//                            its backward allocates dq, dk, dv (the kernels' f32 row sums and
+//                            flash's f32 dq accumulator, transient, are not modelled)
 //       Pad read only by a pooling op: no op of its own (PyTorch pools with padding)
-//       any other op         saves what the compiler's gradient rule needs
+//       any other op         saves what the compiler's gradient rule needs for the inputs
+//                            that require a gradient (x * c saves c, a constant, not x)
 //     Cross-entropy is log_softmax (saves its output, the scores' shape) then nll_loss (a
 //     scalar loss and a saved scalar total_weight); the scores go as soon as the loss exists.
 //     mse_loss saves its input; an external loss holds its workspace while it runs and keeps
@@ -215,7 +220,8 @@ void Replay::prepare() {
       TensorId o = s.outputs[i];
       bool side = i > 0 && (s.op == "BatchNormalization" || s.op == "LayerNormalization" ||
                             s.op == "InstanceNormalization" || s.op == "GroupNormalization" ||
-                            s.op == "Dropout" || s.op == "MaxPool");
+                            s.op == "Dropout" || s.op == "MaxPool" ||
+                            s.op == "ScaledDotProductAttention");
       requires_grad_[size_t(o)] = T(o).kind == TensorKind::activation ? any && !side && is_floating(T(o).dtype)
                                                                         : requires_grad_[size_t(o)];
     }
@@ -312,8 +318,14 @@ void Replay::forward_step(size_t k) {
     } else if (op == "GlobalAveragePool" || op == "Add" || op == "Concat" || op == "Pad") {
       // nothing
     } else if (const training::GradientRule* rule = training::find_gradient_rule(op)) {
-      for (const auto& needs : rule->needs)
-        for (const training::Ref& r : needs) save(k, r.output ? out(s, size_t(r.index)) : in(s, size_t(r.index)));
+      // Autograd saves a tensor only for the gradients it will compute (should_compute_output):
+      // x * c with c a constant keeps c, not x. An input the step does not list (x * x) counts
+      // as needing its gradient.
+      for (size_t d = 0; d < rule->needs.size(); ++d) {
+        const TensorId target = d < rule->differentiable.size() ? in(s, size_t(rule->differentiable[d])) : kNoTensor;
+        if (target != kNoTensor && !rg(target)) continue;
+        for (const training::Ref& r : rule->needs[d]) save(k, r.output ? out(s, size_t(r.index)) : in(s, size_t(r.index)));
+      }
     }
   }
   if (indices >= 0) a_.unref(indices);

@@ -39,10 +39,19 @@ Shape broadcast_inputs(const Ctx& c, size_t first, size_t count) {
 }
 
 void infer_arith(Ctx& c) { c.set(0, c.dtype(0), broadcast_inputs(c, 0, 2)); }
+// Mod: integers with either sign rule; floating point only as C's fmod (ONNX requires fmod 1).
+void infer_mod(Ctx& c) {
+  const int64_t fmod = c.node().attr_i("fmod", 0);
+  if (fmod != 0 && fmod != 1) fail("fmod must be 0 or 1, got " + num(fmod));
+  if ((is_floating(c.dtype(0)) || is_floating(c.dtype(1))) && fmod != 1)
+    fail("floating-point Mod needs fmod=1 (the ONNX spec's rule)");
+  infer_arith(c);
+}
+
 void infer_compare(Ctx& c) { c.set(0, DType::boolean, broadcast_inputs(c, 0, 2)); }
 void infer_where(Ctx& c) { c.set(0, c.dtype(1), broadcast_inputs(c, 0, 3)); }
 
-enum class Arith { add, sub, mul, div, pow };
+enum class Arith { add, sub, mul, div, pow, mod };
 
 int64_t int_pow(int64_t base, int64_t e) {
   if (e < 0) fail("integer Pow with a negative exponent " + num(e));
@@ -60,6 +69,7 @@ bool eval_arith(Ctx& c) {
   const ConstValue &a = *c.value(0), &b = *c.value(1);
   ConstValue out = c.blank(0);
   const bool ints = !is_floating(out.dtype) && !is_floating(a.dtype) && !is_floating(b.dtype);
+  const bool fmod = c.node().attr_i("fmod", 0) != 0;
   for_each_broadcast(out.shape, {&a.shape, &b.shape}, [&](const std::vector<int64_t>& at) {
     if (ints) {
       int64_t x = a.ints[at[0]], y = b.ints[at[1]], r = 0;
@@ -74,6 +84,11 @@ bool eval_arith(Ctx& c) {
           r = overflow ? 0 : x / y;
           break;
         case Arith::pow: r = int_pow(x, y); break;
+        case Arith::mod:  // fmod 0: the sign of the divisor (Python's %); 1: of the dividend
+          if (y == 0) fail("integer modulo by zero");
+          r = y == -1 ? 0 : x % y;
+          if (!fmod && r != 0 && (r < 0) != (y < 0)) r += y;
+          break;
       }
       if (overflow) fail("integer overflow evaluating " + num(x) + " and " + num(y));
       out.ints.push_back(r);
@@ -85,6 +100,7 @@ bool eval_arith(Ctx& c) {
         case Arith::mul: put_number(out, x * y); break;
         case Arith::div: put_number(out, x / y); break;
         case Arith::pow: put_number(out, std::pow(x, y)); break;
+        case Arith::mod: put_number(out, std::fmod(x, y)); break;
       }
     }
   });
@@ -421,6 +437,19 @@ void infer_linear(Ctx& c) {
   c.set(0, c.dtype(0), out);
 }
 
+// The planner's ScaledDotProductAttention (model/fusion/): Q [..., Lq, d], K [..., Lk, d],
+// V [..., Lk, dv] with the same leading dims -> [..., Lq, dv].
+void infer_attention(Ctx& c) {
+  const Shape &q = c.shape(0), &k = c.shape(1), &v = c.shape(2);
+  const size_t r = q.size();
+  if (r < 2 || k.size() != r || v.size() != r || !std::equal(q.begin(), q.end() - 2, k.begin()) ||
+      !std::equal(q.begin(), q.end() - 2, v.begin()) || k[r - 1] != q[r - 1] || v[r - 2] != k[r - 2])
+    fail("inputs " + str(q) + ", " + str(k) + ", " + str(v) + " are not [..., Lq, d], [..., Lk, d], [..., Lk, dv]");
+  Shape out = q;
+  out.back() = v.back();
+  c.set(0, c.dtype(0), out);
+}
+
 // ---- Constants and generators ----
 
 // Constant's value attribute (value, value_int(s), value_float(s)); the loader gives each a tensor.
@@ -553,6 +582,7 @@ const Rule* find_rule(std::string_view op) {
       {"MatMul", {infer_matmul}},
       {"MaxPool", {infer_pool}},
       {"Mish", {infer_same}},
+      {"Mod", {infer_mod, eval_arith<Arith::mod>}},
       {"Mul", {infer_arith, eval_arith<Arith::mul>}},
       {"Neg", {infer_same, eval_neg}},
       {"Not", {infer_not, eval_not}},
@@ -563,6 +593,7 @@ const Rule* find_rule(std::string_view op) {
       {"ReduceProd", {infer_reduce, eval_reduce<Reduce::prod>}},
       {"ReduceSum", {infer_reduce, eval_reduce<Reduce::sum>}},
       {"Relu", {infer_same}},
+      {"ScaledDotProductAttention", {infer_attention}},  // the planner's own op, made by fuse_kernels
       {"Selu", {infer_same}},
       {"Sigmoid", {infer_same}},
       {"Silu", {infer_same}},  // the planner's own op, made by fuse_kernels

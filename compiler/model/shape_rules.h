@@ -214,7 +214,7 @@ struct Rule {
   bool (*eval)(Ctx&) = nullptr;  // computes output values from known input values; false if it cannot
 };
 
-// The rules of shape_rules_layout.cc (reshaping, slicing, joining, gathering, padding,
+// The rules of shape_rules_layout.cc (reshaping, slicing, joining, gathering, scattering, padding,
 // resizing, Shape); nullptr for any other op.
 const Rule* find_layout_rule(std::string_view op);
 

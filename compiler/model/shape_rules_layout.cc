@@ -1,6 +1,6 @@
 // Shape rules of the ops that move data without computing on it (contract in shape_rules.h):
-// Flatten, Reshape, Transpose, Concat, Split, Slice, Gather, Shape, Unsqueeze, Squeeze, Pad,
-// Resize and Upsample. Most also evaluate, so that shape arithmetic folds.
+// Flatten, Reshape, Transpose, Concat, Split, Slice, Gather, ScatterND, Shape, Unsqueeze,
+// Squeeze, Pad, Resize and Upsample. Most also evaluate, so that shape arithmetic folds.
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
@@ -70,6 +70,32 @@ void infer_transpose(Ctx& c) {
     out.push_back(x[p]);
   }
   c.set(0, c.dtype(0), out);
+}
+
+// Transposes known values (swin's pads are computed through a transposed [2, 2] table).
+bool eval_transpose(Ctx& c) {
+  const ConstValue& x = *c.value(0);
+  const Shape& out_shape = c.out(0).shape;
+  std::vector<int64_t> perm = c.node().attr_ints("perm");
+  if (perm.empty())
+    for (size_t j = x.shape.size(); j-- > 0;) perm.push_back(int64_t(j));
+  // in_stride[j]: x's stride along the input axis that output axis j reads.
+  std::vector<int64_t> stride(x.shape.size(), 1), in_stride(x.shape.size());
+  for (size_t j = x.shape.size(); j-- > 1;) stride[j - 1] = stride[j] * x.shape[j];
+  for (size_t j = 0; j < perm.size(); ++j) in_stride[j] = stride[size_t(perm[j])];
+  ConstValue out = c.blank(0);
+  std::vector<int64_t> coord(out_shape.size(), 0);
+  for (int64_t e = 0; e < x.size(); ++e) {
+    int64_t at = 0;
+    for (size_t j = 0; j < coord.size(); ++j) at += coord[j] * in_stride[j];
+    put(out, x, at);
+    for (size_t j = coord.size(); j-- > 0;) {
+      if (++coord[j] < out_shape[j]) break;
+      coord[j] = 0;
+    }
+  }
+  c.set_value(0, std::move(out));
+  return true;
 }
 
 int64_t concat_axis(const Ctx& c) {
@@ -252,6 +278,60 @@ bool eval_gather(Ctx& c) {
   return true;
 }
 
+// ScatterND: data [r dims], indices [..., k] (k <= r), updates = indices' leading dims + data's
+// dims from k on; the output is data with the indexed slices replaced (reduction none) or
+// combined with the updates (add, mul, max, min).
+void infer_scatter_nd(Ctx& c) {
+  const Shape &x = c.shape(0), &idx = c.shape(1), &up = c.shape(2);
+  if (is_floating(c.dtype(1))) fail("indices must be integers");
+  if (idx.empty() || idx.back() < 1 || idx.back() > int64_t(x.size()))
+    fail("indices " + str(idx) + " must end in a dim from 1 to data's rank " + num(int64_t(x.size())));
+  Shape want(idx.begin(), idx.end() - 1);
+  want.insert(want.end(), x.begin() + idx.back(), x.end());
+  if (up != want) fail("updates have shape " + str(up) + "; data " + str(x) + " and indices " + str(idx) + " need " + str(want));
+  const std::string r = c.node().attr_s("reduction", "none");
+  if (r != "none" && r != "add" && r != "mul" && r != "max" && r != "min")
+    fail("reduction " + quote(r) + " is not none, add, mul, max or min");
+  c.set(0, c.dtype(0), x);
+}
+
+bool eval_scatter_nd(Ctx& c) {
+  const ConstValue &x = *c.value(0), &idx = *c.value(1), &up = *c.value(2);
+  const int64_t k = idx.shape.back(), tuples = idx.size() / k;
+  const int64_t slice = product(x.shape.begin() + k, x.shape.end());
+  const std::string r = c.node().attr_s("reduction", "none");
+  const bool floats = is_floating(x.dtype);
+  std::vector<double> f = x.floats;
+  std::vector<int64_t> n = x.ints;
+  for (int64_t t = 0; t < tuples; ++t) {
+    int64_t at = 0;  // flat offset of the indexed slice
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t d = x.shape[size_t(j)];
+      int64_t i = idx.ints[size_t(t * k + j)];
+      if (i < -d || i >= d) fail("index " + num(i) + " is out of range for axis " + num(j) + " of size " + num(d));
+      at = at * d + (i < 0 ? i + d : i);
+    }
+    at *= slice;
+    for (int64_t e = 0; e < slice; ++e) {
+      const int64_t o = at + e, u = t * slice + e;
+      if (floats) {
+        const double v = get_f(up, u);
+        double& dst = f[size_t(o)];
+        dst = r == "add" ? dst + v : r == "mul" ? dst * v : r == "max" ? std::max(dst, v) : r == "min" ? std::min(dst, v) : v;
+      } else {
+        const int64_t v = get_i(up, u);
+        int64_t& dst = n[size_t(o)];
+        dst = r == "add" ? add(dst, v) : r == "mul" ? mul(dst, v) : r == "max" ? std::max(dst, v) : r == "min" ? std::min(dst, v) : v;
+      }
+    }
+  }
+  ConstValue out = c.blank(0);
+  out.floats = std::move(f);
+  out.ints = std::move(n);
+  c.set_value(0, std::move(out));
+  return true;
+}
+
 void infer_shape(Ctx& c) {
   const int64_t rank = c.rank(0);
   auto clamp_end = [rank](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
@@ -373,11 +453,12 @@ const Rule* find_layout_rule(std::string_view op) {
       {"Pad", {infer_pad}},
       {"Reshape", {infer_reshape, eval_copy}},
       {"Resize", {infer_resize}},
+      {"ScatterND", {infer_scatter_nd, eval_scatter_nd}},
       {"Shape", {infer_shape, eval_shape}},
       {"Slice", {infer_slice, eval_slice}},
       {"Split", {infer_split}},
       {"Squeeze", {infer_squeeze, eval_copy}},
-      {"Transpose", {infer_transpose}},
+      {"Transpose", {infer_transpose, eval_transpose}},
       {"Unsqueeze", {infer_unsqueeze, eval_copy}},
       {"Upsample", {infer_resize}},
   };

@@ -12,15 +12,15 @@
 namespace autovm::model {
 namespace {
 
-constexpr std::array<std::string_view, 69> kSupported = {
+constexpr std::array<std::string_view, 71> kSupported = {
     "Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Constant",
     "ConstantOfShape", "Conv", "ConvTranspose", "Div", "Dropout", "Elu", "Equal", "Erf", "Expand",
     "Flatten", "Gather", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "Greater",
     "GreaterOrEqual", "GroupNormalization", "HardSigmoid", "HardSwish", "Identity",
     "InstanceNormalization", "LRN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual",
-    "MatMul", "Max", "MaxPool", "Min", "Mish", "Mul", "Neg", "Not", "Pad", "Pow",
+    "MatMul", "Max", "MaxPool", "Min", "Mish", "Mod", "Mul", "Neg", "Not", "Pad", "Pow",
     "RandomUniformLike", "Range", "ReduceMax", "ReduceMean", "ReduceProd", "ReduceSum", "Relu",
-    "Reshape", "Resize", "Selu", "Shape", "Sigmoid", "Slice", "Softmax", "Softplus", "Split",
+    "Reshape", "Resize", "ScatterND", "Selu", "Shape", "Sigmoid", "Slice", "Softmax", "Softplus", "Split",
     "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Transpose", "Unsqueeze", "Upsample", "Where",
 };
 static_assert(std::is_sorted(kSupported.begin(), kSupported.end()));

@@ -26,7 +26,8 @@ DType low_dtype(Autocast a) {
 }
 
 AutocastList autocast_list(std::string_view op) {
-  constexpr std::array<std::string_view, 5> lower = {"Conv", "ConvTranspose", "Gemm", "Linear", "MatMul"};
+  constexpr std::array<std::string_view, 6> lower = {"Conv", "ConvTranspose", "Gemm", "Linear", "MatMul",
+                                                    "ScaledDotProductAttention"};
   constexpr std::array<std::string_view, 7> fp32 = {"GroupNormalization", "LayerNormalization", "Pow",
                                                     "ReduceProd", "ReduceSum", "Softmax", "Softplus"};
   for (std::string_view o : lower)

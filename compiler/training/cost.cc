@@ -22,7 +22,7 @@ double elementwise_cost(const std::string& op) {
       {"Erf", 8},  {"Sqrt", 4}, {"Add", 1},         {"Sub", 1},       {"Mul", 1},
       {"Div", 1},  {"Pow", 8},  {"Where", 1},       {"Dropout", 2},   {"LeakyRelu", 2},
       {"Elu", 8},  {"Selu", 8}, {"Tanh", 8},        {"Softplus", 8},  {"Mish", 12},
-      {"Gelu", 12}, {"Silu", 5}, {"Less", 1}, {"Greater", 1}, {"LessOrEqual", 1}, {"GreaterOrEqual", 1},    {"RandomUniformLike", 4}};
+      {"Gelu", 12}, {"Silu", 5}, {"Less", 1}, {"Greater", 1}, {"LessOrEqual", 1}, {"GreaterOrEqual", 1}, {"Mod", 2}, {"ScatterND", 1},    {"RandomUniformLike", 4}};
   auto it = cost.find(op);
   return it == cost.end() ? 0.0 : it->second;
 }
@@ -63,6 +63,12 @@ double forward_flops(const model::Model& m, const model::Node& n) {
   if (op == "MatMul") {
     if (!in0 || !out0 || in0->empty()) return 0;
     return numel(out0) * 2 * static_cast<double>(in0->back());
+  }
+  if (op == "ScaledDotProductAttention") {  // Q K^T and P V, and the softmax between them
+    const Shape* k = n.inputs.size() > 1 ? shape_of(m, n.inputs[1]) : nullptr;
+    if (!in0 || !out0 || !k || k->size() < 2 || in0->empty()) return 0;
+    const double scores = numel(in0) / static_cast<double>(in0->back()) * static_cast<double>((*k)[k->size() - 2]);
+    return scores * (2 * static_cast<double>(in0->back()) + 2 * static_cast<double>(out0->back()) + 5);
   }
   if (op == "BatchNormalization" || op == "LayerNormalization" || op == "InstanceNormalization" ||
       op == "GroupNormalization")

@@ -79,11 +79,21 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
   auto apply_autocast = [&](Autocast mode, size_t ni, std::vector<TensorId>& inputs, size_t data) {
     const model::Node& n = m.nodes[ni];
     const DType low = low_dtype(mode);
+    // PyTorch's type promotion: a zero-dim operand (a constant scale) does not widen a tensor
+    // with dims (bf16 q * 0.125 stays bf16); among operands of one kind the widest wins.
     DType widest = DType::undefined;
-    for (size_t i = 0; i < data; ++i) {
-      if (inputs[i] == kNoTensor || !is_floating(g.tensor(inputs[i]).dtype)) continue;
-      DType d = g.tensor(inputs[i]).dtype;
-      if (widest == DType::undefined || d == DType::f32 || d == DType::f64) widest = d == DType::f64 ? DType::f32 : d;
+    for (bool zero_dim : {false, true}) {
+      for (size_t i = 0; i < data && widest == DType::undefined; ++i) {
+        if (inputs[i] == kNoTensor || !is_floating(g.tensor(inputs[i]).dtype)) continue;
+        if (g.tensor(inputs[i]).shape.empty() != zero_dim) continue;
+        for (size_t j = i; j < data; ++j) {
+          if (inputs[j] == kNoTensor || !is_floating(g.tensor(inputs[j]).dtype) ||
+              g.tensor(inputs[j]).shape.empty() != zero_dim)
+            continue;
+          DType d = g.tensor(inputs[j]).dtype;
+          if (widest == DType::undefined || d == DType::f32 || d == DType::f64) widest = d == DType::f64 ? DType::f32 : d;
+        }
+      }
     }
     const AutocastList list = autocast_list(n.op);
     if (list == AutocastList::other) {
@@ -163,6 +173,16 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
       }
     }
 
+    if (n.op == "ScatterND" && any_grad) {
+      const std::string reduction = n.attr_s("reduction", "none");
+      if (reduction != "none" && reduction != "add")
+        throw Error(ErrorKind::unsupported,
+                    fmt::format("node '{}' (ScatterND) scatters with reduction '{}' into a tensor "
+                                "that needs a gradient; AutoVM differentiates ScatterND with "
+                                "reduction none or add only",
+                                n.name, reduction));
+    }
+
     std::vector<TensorId> step_outputs;
     if (n.op == "BatchNormalization") {
       if (n.outputs.empty() || n.outputs[0] < 0 || data < 5)
@@ -194,6 +214,14 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
                    : add(n.name + suffix, TensorKind::activation, DType::f32, stats, false);
       };
       rec.outputs = {y, saved(1, "/saved_mean"), saved(2, "/saved_inv_std")};
+      step_outputs = rec.outputs;
+    } else if (n.op == "ScaledDotProductAttention") {
+      // The kernels' logsumexp, one f32 per query row (the memory-efficient kernel pads the
+      // rows to a multiple of 32, at most 31 more floats a row).
+      TensorId y = new_output(n.outputs[0], any_grad);
+      Shape rows = g.tensor(y).shape;
+      rows.pop_back();
+      rec.outputs = {y, add(n.name + "/logsumexp", TensorKind::activation, DType::f32, rows, false)};
       step_outputs = rec.outputs;
     } else if (n.op == "InstanceNormalization" || n.op == "GroupNormalization") {
       // Saved statistics: one per (sample, channel), or per (sample, group).

@@ -78,6 +78,13 @@ std::vector<GradientRule> make_rules() {
       // x W^T + b over x's last axis, fused from MatMul, Transpose and Add (model/fusion/).
       {"Linear", C::compute, 3, {0, 1, 2}, {{in(1)}, {in(0)}, {}}, 2},
       {"MatMul", C::compute, 2, {0, 1}, {{in(1)}, {in(0)}}, 2},
+      // Fused attention (model/fusion/attention.cc): outputs [Y, logsumexp]. The backward
+      // kernel recomputes the probabilities from Q, K and the logsumexp and needs Y for the
+      // softmax's gradient, so each input's gradient reads Q, K, V, Y and the logsumexp; it
+      // runs five products of the forward's two (recomputed scores, dV, dP, dQ, dK).
+      {"ScaledDotProductAttention", C::compute, 3, {0, 1, 2},
+       {{in(0), in(1), in(2), out(0), out(1)}, {in(0), in(1), in(2), out(0), out(1)},
+        {in(0), in(1), in(2), out(0), out(1)}}, 2.5},
       {"Transpose", C::compute, 1, {0}, {{}}, 1},
       {"Concat", C::compute, -1, {}, {}, 1},  // every input differentiable; needs nothing
       {"Split", C::compute, 1, {0}, {{}}, 1},
@@ -114,6 +121,13 @@ std::vector<GradientRule> make_rules() {
       {"Neg", C::compute, 1, {0}, {{}}, 1},
       {"ReduceProd", C::non_differentiable, -1, {}, {}, 0},
       {"Where", C::compute, 3, {1, 2}, {{in(0)}, {in(0)}}, 1},
+      // Mod: on integers (swin's window indices) its outputs carry no gradient; on floats
+      // d/dA = dY and d/dB = -dY * (A - Y) / B (the quotient), which reads A and B.
+      {"Mod", C::compute, 2, {0, 1}, {{}, {in(0), in(1)}}, 1},
+      // ScatterND (reduction none or add; forward.cc refuses the others on a differentiable
+      // path): d/data = dY with the scattered slices zeroed (none) or dY itself (add), and
+      // d/updates = GatherND(dY, indices); both read the indices only.
+      {"ScatterND", C::compute, 3, {0, 2}, {{in(1)}, {in(1)}}, 1},
   };
   std::sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return a.op < b.op; });
   return r;

@@ -10,6 +10,7 @@
 // needs: BatchNormalization gets outputs [Y, saved_mean, saved_inv_std] and takes its running
 // statistics as in-place inputs/outputs; LayerNormalization gets [Y, saved_mean, saved_inv_std],
 // and so do InstanceNormalization (statistics [N, C]) and GroupNormalization ([N, groups]);
+// ScaledDotProductAttention gets [Y, logsumexp] (f32, Y's leading dims: [..., Lq]);
 // Dropout (training) gets outputs [Y, mask]; MaxPool gets [Y, Indices] with
 // TrainingOptions::pool_indices.
 // Refs below index that layout.

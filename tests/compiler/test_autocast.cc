@@ -157,3 +157,18 @@ TEST_CASE("autocast: one cast copy per weight; type promotion; fp32 ops cast up"
   CHECK(training::parse_autocast("fp8") == std::nullopt);
   CHECK(training::name(training::Autocast::fp16) == "fp16");
 }
+
+TEST_CASE("autocast: a zero-dim fp32 constant does not widen a bf16 tensor (q * scale)") {
+  // h = Gemm (bf16); s = Mul(h, c) with c an fp32 scalar: bf16; t = Mul(h, r) with r an fp32
+  // tensor of dims [8]: fp32, as PyTorch promotes.
+  ModelBuilder b;
+  b.input("x", {2, 8}).param("w", {8, 8});
+  b.constant("c", DType::f32, {}, {}, {0.125}).constant("r", DType::f32, {8}, {}, std::vector<double>(8, 0.5));
+  b.node("Gemm", "fc", {"x", "w"}, {{"h", {2, 8}}});
+  b.node("Mul", "scale", {"h", "c"}, {{"s", {2, 8}}});
+  b.node("Mul", "rescale", {"h", "r"}, {{"t", {2, 8}}});
+  b.node("Concat", "cat", {"s", "t"}, {{"logits", {2, 16}}}, {{"axis", int_attr(1)}}).output("logits");
+  const TrainingGraph g = build(b, training::Autocast::bf16).graph;
+  CHECK(tensor(g, "s").dtype == DType::bf16);
+  CHECK(tensor(g, "t").dtype == DType::f32);
+}

@@ -119,8 +119,9 @@ TEST_CASE("gelu: the exporter's erf form becomes one Gelu that saves h") {
     return b;
   };
   ModelBuilder b = build(0.5);
-  // Unfused: Div saves the constant (a buffer), Erf a, Mul h and p, Mul_1 the constant and q.
-  CHECK(saved_bytes(b.m) == 4 * kH + kLoss);
+  // Unfused: Div and Mul_1 save their constants (buffers; no gradient of theirs needs h or q),
+  // Erf a, Mul h and p.
+  CHECK(saved_bytes(b.m) == 3 * kH + kLoss);
   CHECK(model::fuse_kernels(b.m) == model::FusionCounts{{"Gelu", 1}});
   CHECK(nodes(b.m) == Ops{"Gemm fc(x, w, b) -> h", "Gelu mul_1(h) -> y"});
   CHECK(saved_bytes(b.m) == kH + kLoss);
@@ -231,4 +232,123 @@ TEST_CASE("linear: Add(MatMul(x, Transpose(W)), b) on a rank-3 input becomes Lin
   ModelBuilder near = build(true);  // the product is a graph output too
   CHECK(model::fuse_kernels(near.m).empty());
   CHECK(nodes(near.m).size() == 3);
+}
+
+// A tiny attention block on h: four heads of eight positions of eight features, q = k = v =
+// Reshape(h) [2, 4, 8, 8] (2048 bytes), y4 = attention [2, 4, 8, 8], read back as the logits;
+// with `dropout`, a training Dropout(0.1) on the probabilities, its mask "mask".
+ModelBuilder attention_block(bool masked, bool dropout = false) {
+  ModelBuilder b = start();
+  b.constant("heads", DType::i64, {4}, {2, 4, 8, 8}).constant("flat", DType::i64, {2}, {2, 256});
+  scalar(b, "root_d", std::sqrt(8.0));
+  b.param("bias", {8, 8});
+  b.node("Reshape", "split_heads", {"h", "heads"}, {{"hq", {2, 4, 8, 8}}});
+  b.node("Transpose", "kt", {"hq"}, {{"hkt", {2, 4, 8, 8}}}, {{"perm", ints_attr({0, 1, 3, 2})}});
+  b.node("Div", "scale", {"hq", "root_d"}, {{"qs", {2, 4, 8, 8}}});
+  b.node("MatMul", "qk", {"qs", "hkt"}, {{"s", {2, 4, 8, 8}}});
+  std::string scores = "s";
+  if (masked) {  // a relative position bias (swin): not what scaled_dot_product_attention runs
+    b.node("Add", "add_bias", {"s", "bias"}, {{"sb", {2, 4, 8, 8}}});
+    scores = "sb";
+  }
+  b.node("Softmax", "softmax", {scores}, {{"p", {2, 4, 8, 8}}}, {{"axis", test::int_attr(-1)}});
+  std::string probs = "p";
+  if (dropout) {
+    scalar(b, "ratio", 0.1);
+    b.constant("train", DType::boolean, {}, {1});
+    b.node("Dropout", "drop", {"p", "ratio", "train"}, {{"pd", {2, 4, 8, 8}}, {"mask", {2, 4, 8, 8}}});
+    probs = "pd";
+  }
+  b.node("MatMul", "pv", {probs, "hq"}, {{"y4", {2, 4, 8, 8}}});
+  b.node("Reshape", "merge_heads", {"y4", "flat"}, {{"y", {2, 256}}});
+  b.output("y");
+  return b;
+}
+
+TEST_CASE("attention: MatMul(Softmax(MatMul(q / sqrt d, Transpose(k))), v) becomes one kernel") {
+  ModelBuilder b = attention_block(false);
+  // Unfused, autograd keeps h (the second MatMul's v), q / sqrt d and the key's transposed
+  // copy (the first MatMul's) and the probabilities (Softmax and the second MatMul).
+  CHECK(saved_bytes(b.m) == 4 * kH + kLoss);
+  CHECK(model::fuse_kernels(b.m) == model::FusionCounts{{"ScaledDotProductAttention", 1}});
+  // The key's Transpose swaps back to the identity and goes: k is hq itself.
+  CHECK(nodes(b.m) == Ops{"Gemm fc(x, w, b) -> h", "Reshape split_heads(h, heads) -> hq",
+                          "ScaledDotProductAttention pv(hq, hq, hq) -> y4",
+                          "Reshape merge_heads(y4, flat) -> y"});
+  CHECK(b.m.nodes[2].attr_f("scale", 0) == doctest::Approx(1 / std::sqrt(8.0)));
+  // The kernel saves q = k = v (h's storage), its output and the f32 logsumexp [2, 4, 8]
+  // (256 bytes, one block).
+  CHECK(saved_bytes(b.m) == kH + kH + 512 + kLoss);
+
+  // The training step: one forward step with [y4, logsumexp], one backward step writing the
+  // three input gradients (all h's, summed), five products' worth of FLOPs.
+  const TrainingGraph g = training::build_training_step(b.m, training::TrainingOptions{}).graph;
+  const Step* fwd = nullptr;
+  const Step* bwd = nullptr;
+  for (const Step& s : g.steps) {
+    if (s.op == "ScaledDotProductAttention") fwd = &s;
+    if (s.op == "ScaledDotProductAttentionGrad") bwd = &s;
+  }
+  REQUIRE(fwd);
+  REQUIRE(bwd);
+  REQUIRE(fwd->outputs.size() == 2);
+  CHECK(g.tensor(fwd->outputs[1]).shape == Shape{2, 4, 8});
+  CHECK(g.tensor(fwd->outputs[1]).dtype == DType::f32);
+  // 2 x 4 x 8 x 8 scores, each 2 x 8 (Q K^T) + 2 x 8 (P V) + 5 (softmax) FLOPs.
+  CHECK(fwd->flops == doctest::Approx(512.0 * 37));
+  CHECK(bwd->flops == doctest::Approx(2.5 * 512 * 37));
+  CHECK(bwd->outputs.size() == 3);
+}
+
+TEST_CASE("attention with dropout on the probabilities: the kernel drops, no mask is kept") {
+  ModelBuilder b = attention_block(false, true);
+  CHECK(model::fuse_kernels(b.m) == model::FusionCounts{{"ScaledDotProductAttention", 1}});
+  CHECK(nodes(b.m) == Ops{"Gemm fc(x, w, b) -> h", "Reshape split_heads(h, heads) -> hq",
+                          "ScaledDotProductAttention pv(hq, hq, hq) -> y4",
+                          "Reshape merge_heads(y4, flat) -> y"});
+  CHECK(b.m.nodes[2].attr_f("dropout", 0) == doctest::Approx(0.1));
+  CHECK(saved_bytes(b.m) == kH + kH + 512 + kLoss);  // as without dropout: no [.., L, L] mask
+
+  ModelBuilder near = attention_block(false, true);  // the mask is read: it must exist
+  near.output("mask");
+  CHECK(model::fuse_kernels(near.m).empty());
+}
+
+TEST_CASE("attention on the 1.13 exporter's [N * heads, L, d] layout rewrites the key's Transpose") {
+  // h as [L 8, N * heads 4, d 16]; q = v = Transpose(r, [1, 0, 2]), K^T = Transpose(r, [1, 2, 0]).
+  ModelBuilder b = start();
+  b.constant("lnd", DType::i64, {3}, {8, 4, 16}).constant("flat", DType::i64, {2}, {2, 256});
+  scalar(b, "quarter", 0.25);
+  b.node("Reshape", "r", {"h", "lnd"}, {{"hr", {8, 4, 16}}});
+  b.node("Transpose", "tq", {"hr"}, {{"q", {4, 8, 16}}}, {{"perm", ints_attr({1, 0, 2})}});
+  b.node("Transpose", "tk", {"hr"}, {{"kt", {4, 16, 8}}}, {{"perm", ints_attr({1, 2, 0})}});
+  b.node("Mul", "scale", {"q", "quarter"}, {{"qs", {4, 8, 16}}});
+  b.node("MatMul", "qk", {"qs", "kt"}, {{"s", {4, 8, 8}}});
+  b.node("Softmax", "softmax", {"s"}, {{"p", {4, 8, 8}}}, {{"axis", test::int_attr(2)}});
+  b.node("MatMul", "pv", {"p", "q"}, {{"o", {4, 8, 16}}});
+  b.node("Reshape", "back", {"o", "flat"}, {{"y", {2, 256}}});
+  b.output("y");
+  CHECK(model::fuse_kernels(b.m) == model::FusionCounts{{"ScaledDotProductAttention", 1}});
+  CHECK(nodes(b.m) == Ops{"Gemm fc(x, w, b) -> h", "Reshape r(h, lnd) -> hr", "Transpose tq(hr) -> q",
+                          "Transpose tk(hr) -> kt", "ScaledDotProductAttention pv(q, kt, q) -> o",
+                          "Reshape back(o, flat) -> y"});
+  CHECK(b.m.nodes[3].attr_ints("perm") == std::vector<int64_t>{1, 0, 2});
+  CHECK(b.m.values[size_t(b.m.find("kt"))].shape == Shape{4, 8, 16});
+  CHECK(b.m.nodes[4].attr_f("scale", 0) == doctest::Approx(0.25));
+  // Saved: q and k (the Transposes' copies), the output, the logsumexp [4, 8] (128 bytes).
+  CHECK(saved_bytes(b.m) == kH + kH + kH + 512 + kLoss);
+}
+
+TEST_CASE("attention near misses: a bias on the scores, the probabilities read elsewhere") {
+  SUBCASE("a bias added to the scores (swin's relative position bias)") {
+    ModelBuilder b = attention_block(true);
+    CHECK(model::fuse_kernels(b.m).empty());
+    CHECK(nodes(b.m).size() == 9);
+  }
+  SUBCASE("the probabilities are also a graph output") {
+    ModelBuilder b = attention_block(false);
+    b.output("p");
+    CHECK(model::fuse_kernels(b.m).empty());
+    CHECK(nodes(b.m).size() == 8);
+  }
 }

@@ -361,3 +361,25 @@ TEST_CASE("a slice is a view: a reader that saves it keeps the whole input") {
   // + logits 512 + the loss's three 512 blocks, then logits go.
   CHECK(e.end_forward_bytes == 26624 + 4096 + 3 * 512);
 }
+
+TEST_CASE("a product saves each operand only for the other's gradient (x * c keeps no x)") {
+  TrainingGraph g;
+  TensorId x = g.add_tensor("x", TensorKind::input, DType::f32, {1024});
+  TensorId w = g.add_tensor("w", TensorKind::parameter, DType::f32, {256});
+  TensorId c = g.add_tensor("c", TensorKind::buffer, DType::f32, {});  // a scale, no gradient
+  TensorId q = g.add_tensor("q", TensorKind::parameter, DType::f32, {1024});
+  TensorId a = g.add_tensor("a", TensorKind::activation, DType::f32, {1024});
+  TensorId m = g.add_tensor("m", TensorKind::activation, DType::f32, {1024});
+  TensorId n = g.add_tensor("n", TensorKind::activation, DType::f32, {1024});
+  TensorId w2 = g.add_tensor("w2", TensorKind::parameter, DType::f32, {10, 1024});
+  TensorId b2 = g.add_tensor("b2", TensorKind::parameter, DType::f32, {10});
+  TensorId logits = g.add_tensor("logits", TensorKind::activation, DType::f32, {1, 10});
+  step(g, "Conv", Phase::forward, {x, w}, {a});
+  step(g, "Mul", Phase::forward, {a, c}, {m});  // keeps c (held anyway), not a
+  step(g, "Mul", Phase::forward, {m, q}, {n});  // q's gradient needs m, m's needs q
+  step(g, "Gemm", Phase::forward, {n, w2, b2}, {logits});
+  finish(g, logits, {w, q, w2, b2}, "SGD");
+
+  PytorchMemoryEstimate e = predict_pytorch_memory(g, bare());
+  CHECK(e.saved_bytes == 4096 + 4096 + 512 + 512);  // m, n, log_prob, total_weight
+}

@@ -426,3 +426,35 @@ TEST_CASE("resizing, negation and selection rules") {
   CHECK(names(ts.graph, find_step(ts.graph, "WhereGrad").inputs) == Names{"grad/y", "cond"});
   CHECK(names(ts.graph, find_step(ts.graph, "WhereGrad").outputs) == Names{"grad/h", "grad/h2"});
 }
+
+TEST_CASE("ScatterND: data and updates get gradients from the indices; integer Mod none") {
+  auto scatter = [](const char* reduction) {
+    ModelBuilder b = with_h();
+    b.param("up", {1, 8}).constant("row", DType::i64, {1, 1}, {1});
+    std::map<std::string, model::Attribute> attrs;
+    if (reduction) {
+      attrs["reduction"].kind = model::Attribute::Kind::s;
+      attrs["reduction"].s = reduction;
+    }
+    b.node("ScatterND", "scatter", {"h", "row", "up"}, {{"y", {2, 8}}}, attrs).output("y");
+    return b;
+  };
+  for (const char* reduction : {static_cast<const char*>(nullptr), "add"}) {
+    CAPTURE(reduction ? reduction : "none");
+    auto ts = build(scatter(reduction));
+    CHECK(names(ts.graph, find_step(ts.graph, "ScatterNDGrad").inputs) == Names{"grad/y", "row"});
+    CHECK(names(ts.graph, find_step(ts.graph, "ScatterNDGrad").outputs) == Names{"grad/h", "grad/up"});
+  }
+  CHECK_THROWS_WITH_AS(build(scatter("mul")), doctest::Contains("with reduction 'mul' into a tensor that needs a gradient"),
+                       Error);
+
+  // Window indices computed at run time from integers: Mod runs, nothing flows back through it.
+  ModelBuilder b = with_h();
+  b.constant("i", DType::i64, {2}, {3, 4}).constant("two", DType::i64, {}, {2});
+  b.node("Mod", "mod", {"i", "two"}, {{"r", {2}}}, {}, DType::i64);
+  b.node("Gather", "gather", {"h", "r"}, {{"y", {2, 8}}}).output("y");
+  auto ts = build(b);
+  CHECK(find_step(ts.graph, "Mod").outputs.size() == 1);
+  for (const Step& s : ts.graph.steps) CHECK(s.op != "ModGrad");
+  CHECK(names(ts.graph, find_step(ts.graph, "GatherGrad").outputs) == Names{"grad/h"});
+}

@@ -709,3 +709,50 @@ TEST_CASE("performance: 1,000 and 100,000-conv chains load and infer quickly") {
   CHECK(small_warm < 0.02);
   CHECK(large_warm < 2.0);
 }
+
+TEST_CASE("Mod and ScatterND: shapes and static evaluation (swin's shifted-window mask)") {
+  OnnxBuilder b(17);
+  b.input("x", {-1, 4});
+  b.ints("a", {7, -7, 7, -7});
+  b.ints("m", {3, 3, -3, -3});
+  b.node("Mod", {"a", "m"}, {"py"});                              // the divisor's sign
+  attr_i(b.node("Mod", {"a", "m"}, {"c"}), "fmod", 1);             // the dividend's sign
+  b.ints("zeros", std::vector<int64_t>(9, 0), {3, 3});
+  b.ints("rows", {0, 2}, {2, 1});
+  b.ints("ups", {1, 2, 3, 4, 5, 6}, {2, 3});
+  b.node("ScatterND", {"zeros", "rows", "ups"}, {"s"});           // rows 0 and 2 replaced
+  b.ints("centre", {1, 1}, {1, 2});
+  b.ints("nine", {9}, {1});
+  attr_s(b.node("ScatterND", {"s", "centre", "nine"}, {"s2"}), "reduction", "add");
+  b.weight("u", {1, 4});
+  b.ints("first", {0}, {1, 1});
+  b.node("ScatterND", {"x", "first", "u"}, {"y"});                // runs: [N, 4]
+  attr_i(b.node("Mod", {"x", "x"}, {"fm"}), "fmod", 1);
+  b.output("y");
+  b.output("fm");
+  model::Model m = b.infer(2);
+  auto ints = [&](const char* name) {
+    REQUIRE_MESSAGE(m.values[m.find(name)].value.has_value(), name);
+    return m.values[m.find(name)].value->ints;
+  };
+  CHECK(ints("py") == std::vector<int64_t>{1, 2, -2, -1});
+  CHECK(ints("c") == std::vector<int64_t>{1, -1, 1, -1});
+  CHECK(ints("s") == std::vector<int64_t>{1, 2, 3, 0, 0, 0, 4, 5, 6});
+  CHECK(ints("s2") == std::vector<int64_t>{1, 2, 3, 0, 9, 0, 4, 5, 6});
+  CHECK(shape_of(m, "s2") == Shape{3, 3});
+  CHECK(shape_of(m, "y") == Shape{2, 4});
+  CHECK(shape_of(m, "fm") == Shape{2, 4});
+  CHECK_FALSE(m.nodes[m.values[m.find("y")].producer].folded);
+
+  SUBCASE("updates that do not match indices and data") {
+    OneOp o(17, "ScatterND", {-1, 4}, {"first", "u3"});
+    o.b.ints("first", {0}, {1, 1});
+    o.b.weight("u3", {1, 3});
+    CHECK(o.error().find("updates have shape [1, 3]; data [2, 4] and indices [1, 1] need [1, 4]") !=
+          std::string::npos);
+  }
+  SUBCASE("floating-point Mod without fmod 1") {
+    OneOp o(17, "Mod", {-1, 4}, {"x"});
+    CHECK(o.error().find("floating-point Mod needs fmod=1") != std::string::npos);
+  }
+}

@@ -13,7 +13,7 @@ Rows whose model cannot be exported or planned say why and count as no figure.
 Exit status: 0 when every error is within --tolerance (default 5%), 1 otherwise, 2 on bad usage.
 
 usage: tools/bench/memory_model_check.py [TRUTH.jsonl] --models DIR [--export]
-       [--plan build/compiler/driver/autovm-plan] [--csv FILE] [-j JOBS]
+       [--plan build/compiler/driver/autovm-plan] [--csv FILE] [-j JOBS] [--only M1,M2]
 """
 import argparse
 import concurrent.futures
@@ -62,6 +62,7 @@ def main():
                     "(tools/bench/data/memory-model/torchvision-b32.csv)")
     ap.add_argument("--tolerance", type=float, default=0.05)
     ap.add_argument("-j", "--jobs", type=int, default=2)
+    ap.add_argument("--only", metavar="M1,M2", help="check these models of the truth file only")
     a = ap.parse_args()
     if not os.path.isfile(a.plan):
         print(f"memory_model_check: no autovm-plan at '{a.plan}'; build it or pass --plan", file=sys.stderr)
@@ -72,6 +73,14 @@ def main():
         print(f"memory_model_check: cannot read the truth file '{a.truth}': {e}", file=sys.stderr)
         return 2
     rows = [r for r in rows if "peak_bytes" in r]
+    if a.only:
+        only = set(a.only.split(","))
+        missing = only - {r["model"] for r in rows}
+        if missing:
+            print(f"memory_model_check: no measurement of {', '.join(sorted(missing))} in '{a.truth}'",
+                  file=sys.stderr)
+            return 2
+        rows = [r for r in rows if r["model"] in only]
     os.makedirs(a.models, exist_ok=True)
     failed = export(sorted({r["model"] for r in rows}), a.models) if a.export else {}
 

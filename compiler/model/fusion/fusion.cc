@@ -10,6 +10,7 @@ FusionCounts fuse_kernels(Model& model) {
   FusionCounts counts;
   // Larger patterns first: none of them is part of another, but each takes its nodes.
   const std::pair<const char*, int (*)(fusion::Matcher&)> patterns[] = {
+      {"ScaledDotProductAttention", fusion::fuse_attention},
       {"LayerNormalization", fusion::fuse_layer_norm}, {"Gelu", fusion::fuse_gelu},
       {"Mish", fusion::fuse_mish},                      {"HardSwish", fusion::fuse_hard_swish},
       {"Silu", fusion::fuse_silu},

@@ -12,6 +12,12 @@
 //              op (x, W, b) -> [..., M], torch's linear on an input of rank 3 or more   saves x, W
 //   LayerNormalization  d = Sub(x, ReduceMean(x)); Add(Mul(Div(d, Sqrt(Add(ReduceMean(Pow(d, 2)),
 //              eps))), scale), bias), both means over the same trailing axes  saves x, mean, rstd
+//   ScaledDotProductAttention  MatMul(Dropout?(Softmax(MatMul(q, Transpose(k0)))), v), with
+//              optional scalar Mul or Div on q, on Transpose(k0) and on the scores, the softmax
+//              over the last axis: the planner's own op (q, k, v; scale, dropout) ->
+//              [..., Lq, dv], torch's scaled_dot_product_attention, k0's Transpose rewritten
+//              to give k
+//                                                    saves q, k, v, the output and a logsumexp
 // Operands of Mul and Add match in either order. A near miss (an intermediate with a reader
 // outside the pattern, another constant, other axes) stays as it is. The fused node takes the
 // name, position and output value of the pattern's last node; the other nodes are removed.

@@ -36,6 +36,9 @@ class Matcher {
 
   // Replaces node `last` with `fused` and removes the nodes `removed`.
   void fuse(size_t last, Node fused, const std::vector<size_t>& removed);
+  // Gives value `v` a new shape, for a pattern that rewrites the node producing it (the value
+  // must be read by that pattern alone).
+  void set_shape(int v, Shape shape) { m_.values[size_t(v)].shape = std::move(shape); }
   // Rewrites the model: fused nodes in place, removed ones dropped.
   void apply();
 
@@ -59,6 +62,7 @@ int fuse_hard_swish(Matcher&);
 int fuse_mish(Matcher&);
 int fuse_layer_norm(Matcher&);
 int fuse_linear(Matcher&);
+int fuse_attention(Matcher&);
 
 // Whether `value` is within a relative 1e-5 of `expected` (exported constants are float32).
 bool near(std::optional<double> value, double expected);
