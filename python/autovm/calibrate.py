@@ -52,11 +52,16 @@ _UNIT = {"B": 1, "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30, "TiB": 2 ** 40}
 
 
 def wanted(model, example_batch, budget, executor, data_parallel):
-    """Whether plan(calibrate="auto") calibrates: a budget in bytes, the copy executor, one
-    process, and the model and its input on a CUDA GPU."""
+    """Whether plan(calibrate="auto") calibrates: a budget in bytes, one process, the model and
+    its input on a CUDA GPU, and for executor "runtime" libautovm's managed pool installed as
+    PyTorch's allocator (attach() needs it)."""
+    from . import allocator
     from .planner import example_input
 
-    if budget is None or executor != "copy" or data_parallel:
+    if budget is None or data_parallel:
+        return False
+    if executor == "runtime" and (allocator.installed() != "global"
+                                  or allocator.memory() != "managed"):
         return False
     p = next(iter(model.parameters()), None)
     return p is not None and p.is_cuda and example_input(example_batch).is_cuda
@@ -69,7 +74,7 @@ def requested_bytes(message):
 
 
 def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
-        loss="cross-entropy", steps=2, attempts=6):
+        loss="cross-entropy", executor="copy", steps=2, attempts=6):
     """The first plan (of replan(margin), starting from `plan`) whose `steps` training steps
     run within `budget` bytes. replan(margin) plans under budget - margin. The plan returned
     has .calibration: {"plans", "peak_bytes", "margin_bytes", "tries": [...]}."""
@@ -89,9 +94,13 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
     saved = _Snapshot(model, optimizer)
     try:
         for n in range(1, attempts + 1):
-            peak, oom, start = _measure(plan, model, optimizer, x, labels, budget, allowance,
-                                        total, device, autocast=autocast, loss=loss,
-                                        steps=steps)
+            if executor == "runtime":
+                peak, oom, start = _measure_runtime(plan, model, optimizer, x, labels, device,
+                                                    autocast=autocast, loss=loss, steps=steps)
+            else:
+                peak, oom, start = _measure(plan, model, optimizer, x, labels, budget,
+                                            allowance, total, device, autocast=autocast,
+                                            loss=loss, steps=steps)
             saved.restore()
             tries.append({"margin_bytes": margin, "planned_budget_bytes": plan.budget_bytes,
                           "peak_bytes": peak, "out_of_memory": oom, **start})
@@ -123,7 +132,8 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
         saved.restore()
         del saved
         gc.collect()
-        torch.cuda.empty_cache()
+        if executor != "runtime":
+            torch.cuda.empty_cache()
 
 
 def _tries(tries):
@@ -185,6 +195,28 @@ def _measure(plan, model, optimizer, x, labels, budget, allowance, total, device
         return max(peaks + [torch.cuda.max_memory_allocated(device)]), oom, start
     finally:
         torch.cuda.set_per_process_memory_fraction(before, device)
+
+
+def _measure_runtime(plan, model, optimizer, x, labels, device, *, autocast, loss, steps):
+    """The runtime's peak resident bytes (its count of the tensors bound to the plan) over
+    `steps` training steps under attach(..., executor="runtime"); libautovm's pool, PyTorch's
+    allocator there, is not capped: pages beyond the budget are the runtime's to move."""
+    import torch
+
+    from . import allocator
+    from .adapter import attach
+
+    torch.cuda.synchronize(device)
+    gc.collect()
+    start = {"allocated_before_bytes": allocator.stats()["allocated_bytes"], "cap_bytes": None}
+    model.train()
+    with attach(model, optimizer, plan, unrealized="ignore", executor="runtime") as run:
+        for _ in range(steps):
+            _step(model, optimizer, x, labels, autocast, loss)
+        torch.cuda.synchronize(device)
+        peak = run.runtime.stats()["peak_resident_bytes"]
+    optimizer.zero_grad(set_to_none=True)
+    return peak, None, start
 
 
 def _step(model, optimizer, x, labels, autocast, loss):

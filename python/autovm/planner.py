@@ -304,10 +304,11 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     computes, Dice or focal: backward starts from the outputs' gradients; autovm-plan --loss).
     One loss term per output; a model may return a tensor, a tuple of tensors or a dict of them.
 
-    calibrate: "auto" (default): with a budget in bytes, executor "copy", no data_parallel and
-    the model and example batch on a CUDA GPU, run two training steps under the plan with
-    PyTorch's allocator capped at the budget, and plan again with a larger margin until they
-    fit (autovm/calibrate.py; the model, optimizer and random state are restored, and
+    calibrate: "auto" (default): with a budget in bytes, no data_parallel and the model and
+    example batch on a CUDA GPU, run two training steps under the plan (executor "copy": with
+    PyTorch's allocator capped; "runtime": counted by libautovm, whose managed pool must be
+    installed) and plan again with a larger margin until their peak is within the budget
+    (autovm/calibrate.py; the model, optimizer and random state are restored, and
     PlannerError, exit_code 6, says so when no plan holds); True: the same, and ValueError
     where it cannot run; False: never. The example batch's labels are used when it is
     (input, labels).
@@ -342,8 +343,9 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
         raise ValueError(f"calibrate: 'auto', True or False, not {calibrate!r}")
     calibrating = calibration.wanted(model, x, requested, executor, data_parallel)
     if calibrate is True and not calibrating:
-        raise ValueError("calibrate=True needs a budget in bytes, executor='copy', no "
-                         "data_parallel, and the model and example batch on a CUDA GPU")
+        raise ValueError("calibrate=True needs a budget in bytes, no data_parallel, the model "
+                         "and example batch on a CUDA GPU, and for executor='runtime' "
+                         "autovm.allocator installed on managed memory")
     calibrating = calibrating and calibrate is not False
     tmp = tempfile.mkdtemp(prefix="autovm-")
     onnx_path = keep_onnx or os.path.join(tmp, "model.onnx")
@@ -398,8 +400,9 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     def planned(margin):
         if requested is not None and requested - margin <= 0:
             raise PlannerError(
-                f"the budget {requested} B is below PyTorch's extra memory over the plan's "
-                f"training graph ({margin} B): no plan can keep PyTorch within it", exit_code=6)
+                f"the budget {requested} B is below PyTorch's modelled extra memory over the "
+                f"plan's training graph ({margin} B): no plan can keep PyTorch within it",
+                exit_code=6)
         under = f"{requested - margin}B" if requested is not None else b
         _run(args + (["--budget", under] if under is not None else []) + ["-o", out])
         p = Plan(out, lib=lib)
@@ -412,7 +415,8 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
         p = planned(margin)
         if calibrating:
             p = calibration.fit(p, planned, model, example_batch, optimizer, requested,
-                                autocast=_autocast_mode(autocast), loss=loss)
+                                autocast=_autocast_mode(autocast), loss=loss,
+                                executor=executor)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

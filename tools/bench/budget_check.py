@@ -18,6 +18,9 @@ would, and PyTorch keeps them for the process.
 
 usage (GPU machine; autovm-plan and libautovm from $AUTOVM_PLAN / $AUTOVM_LIB or the build):
   python3 tools/bench/budget_check.py [--configs resnet50:256:4.25GB:rc,...] --out FILE.json
+With --runtime, the README's runtime path: autovm.allocator.install("managed") before the first
+CUDA tensor, plan(..., executor="runtime") and attach(..., executor="runtime"); the peak is then
+also the runtime's count (peak_resident_bytes), which is what its budget bounds.
 A configuration is MODEL:BATCH:BUDGET[:rc][:nocal] (rc: recompute=True; nocal: calibrate=False,
 the plan as the modelled margin makes it).
 """
@@ -67,7 +70,28 @@ def steps(model, opt, x, y, n, attachment=None):
     return losses, times
 
 
-def run(cfg, n, lib):
+def reset_peak(executor):
+    import torch
+
+    import autovm
+    if executor == "runtime":  # PyTorch's statistics raise on a pluggable allocator
+        autovm.allocator.reset_peaks()
+    else:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def read_peak(executor):
+    """max_memory_allocated, or the pool's peak of allocated bytes on the runtime path."""
+    import torch
+
+    import autovm
+    if executor == "runtime":
+        return autovm.allocator.stats()["peak_allocated_bytes"]
+    return torch.cuda.max_memory_allocated()
+
+
+def run(cfg, n, lib, executor="copy"):
     import torch
     import torchvision
 
@@ -88,19 +112,18 @@ def run(cfg, n, lib):
         return base, torch.optim.SGD(base.parameters(), lr=0.01, momentum=0.9)
 
     model, opt = fresh()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
+    reset_peak(executor)
     plain_losses, plain_times = steps(model, opt, x, y, n)
-    row["plain"] = {"peak_bytes": torch.cuda.max_memory_allocated(),
+    row["plain"] = {"peak_bytes": read_peak(executor),
                     "step_ms": statistics.median(plain_times[1:])}
     del opt
     model, opt = fresh()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
+    reset_peak(executor)
     t = time.perf_counter()
     try:
         plan = autovm.plan(model, (x, y), opt, budget=cfg["budget"], recompute=cfg["recompute"],
-                           calibrate="auto" if cfg["calibrate"] else False, lib=lib)
+                           calibrate="auto" if cfg["calibrate"] else False, lib=lib,
+                           executor=executor)
     except autovm.PlannerError as e:
         row["error"] = str(e)[:1500]
         return row
@@ -108,17 +131,22 @@ def run(cfg, n, lib):
     row["calibration"] = plan.calibration
     row["planned_budget_bytes"] = plan.budget_bytes
     row["prediction"] = plan.prediction
-    peak = torch.cuda.max_memory_allocated()
+    peak = read_peak(executor)
     reference, ropt = copy.deepcopy(model), None
     reference.load_state_dict(start)
     ropt = torch.optim.SGD(reference.parameters(), lr=0.01, momentum=0.9)
     plain_losses, _ = steps(reference, ropt, x, y, n)
     del reference, ropt
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    with autovm.attach(model, opt, plan) as att:
+    reset_peak(executor)
+    with autovm.attach(model, opt, plan, executor=executor) as att:
         losses, times = steps(model, opt, x, y, n)
-    peak = max(peak, torch.cuda.max_memory_allocated())
+        if executor == "runtime":
+            row["runtime"] = att.runtime.stats()
+    if executor == "runtime":  # the runtime's count is what its budget bounds
+        peak = row["runtime"]["peak_resident_bytes"]
+        row["pool_peak_allocated_bytes"] = read_peak(executor)
+    else:
+        peak = max(peak, read_peak(executor))
     row.update(peak_bytes=peak, within_budget=peak <= budget, step_ms=statistics.median(times[1:]),
                losses=losses, bit_identical=losses == plain_losses, stats=att.stats.as_dict())
     return row
@@ -129,9 +157,16 @@ def main():
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--lib", default=os.environ.get("AUTOVM_LIB"))
+    ap.add_argument("--runtime", action="store_true",
+                    help="the runtime path (libautovm's managed pool, executor='runtime')")
     ap.add_argument("--out")
+    ap.add_argument("--csv", help="also write the table BENCHMARKS.md shows")
     a = ap.parse_args()
     import torch
+
+    if a.runtime:
+        import autovm
+        autovm.allocator.install("managed")
 
     if not torch.cuda.is_available():
         print("budget_check.py: no CUDA GPU", file=sys.stderr)
@@ -144,7 +179,7 @@ def main():
             "command": " ".join(["tools/bench/budget_check.py"] + sys.argv[1:])}
     rows = []
     for spec in a.configs.split(","):
-        r = run(parse(spec), a.steps, a.lib)
+        r = run(parse(spec), a.steps, a.lib, "runtime" if a.runtime else "copy")
         rows.append(r)
         if "error" in r:
             print(f"{spec}: {r['error'][:1500]}", flush=True)
@@ -156,11 +191,36 @@ def main():
                   f", plans {c.get('plans')}, margin {c.get('margin_bytes', 0) / 1e9:.2f} GB, "
                   f"planned {r['planned_budget_bytes'] / 1e9:.2f} GB, plan() {r['plan_s']:.1f} s, "
                   f"bit-identical {r['bit_identical']}", flush=True)
-        torch.cuda.empty_cache()
+        if not a.runtime:
+            torch.cuda.empty_cache()
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"meta": meta, "results": rows}, f, indent=1)
+    if a.csv:
+        write_csv(a.csv, rows, "runtime" if a.runtime else "copy")
     return 0
+
+
+def write_csv(path, rows, executor):
+    import csv
+
+    head = ["model", "batch", "executor", "recompute", "budget GB", "peak GB", "within",
+            "step ms", "plain ms", "plain peak GB", "plans", "margin GB", "bit-identical"]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(head)
+        for r in rows:
+            base = [r["model"], r["batch"], executor, "yes" if r["recompute"] else "no",
+                    f"{r['budget_bytes'] / 1e9:.2f}"]
+            if "error" in r:
+                w.writerow(base + ["-", "refused: " + r["error"][:160]] + [""] * 6)
+                continue
+            c = r["calibration"] or {}
+            w.writerow(base + [f"{r['peak_bytes'] / 1e9:.2f}", "yes" if r["within_budget"] else "NO",
+                               f"{r['step_ms']:.1f}", f"{r['plain']['step_ms']:.1f}",
+                               f"{r['plain']['peak_bytes'] / 1e9:.2f}", c.get("plans", "-"),
+                               f"{c.get('margin_bytes', 0) / 1e9:.2f}",
+                               "yes" if r["bit_identical"] else "no"])
 
 
 if __name__ == "__main__":
