@@ -45,8 +45,8 @@ def _unqualified(qualified):
 def onnx_scope(name, uncalled=()):
     """The TorchScript exporter's node-name scope of module `name` ('' is the root):
     'layer1.0.conv1' -> '/layer1/layer1.0/conv1'. The exporter opens a scope per module call,
-    so the containers named in `uncalled` (ModuleList, ModuleDict: never called themselves)
-    have none: 'convs.0.0' with 'convs' a ModuleList -> '/convs.0/convs.0.0'."""
+    so the modules named in `uncalled` (those without a forward, ModuleList and ModuleDict:
+    never called themselves) have none: 'convs.0.0' with 'convs' a ModuleList -> '/convs.0/convs.0.0'."""
     if not name:
         return ""
     parts = name.split(".")
@@ -87,8 +87,10 @@ class _Matching:
 
         # Module calls: the exporter's node scope is the module's scope, '_k' for call k > 0.
         modules = dict(model.named_modules())
-        uncalled = {n for n, m in modules.items()
-                    if isinstance(m, (self.torch.nn.ModuleList, self.torch.nn.ModuleDict))}
+        # Modules without a forward of their own (ModuleList, ModuleDict) are never called;
+        # a subclass with one (torchvision's IntermediateLayerGetter) is.
+        unimplemented = self.torch.nn.Module.forward
+        uncalled = {n for n, m in modules.items() if type(m).forward is unimplemented}
         by_scope = {onnx_scope(n, uncalled): n for n in modules if n}
         self._leaves = {n for n, m in modules.items() if n and not any(True for _ in m.children())}
         first_fwd, last_fwd, first_bwd = {}, {}, {}

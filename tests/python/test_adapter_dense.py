@@ -338,13 +338,24 @@ def _():
                       "dict of str to tensors"))
 
 
+class Stem(torch.nn.ModuleDict):
+    """A ModuleDict with a forward of its own (as torchvision's IntermediateLayerGetter): called,
+    so it has a scope."""
+
+    def forward(self, x):
+        for m in self.values():
+            x = m(x)
+        return x
+
+
 class Branches(torch.nn.Module):
     """Parallel branches in a ModuleList and a ModuleDict, as DeepLabV3's ASPP holds them:
     containers that are never called themselves, so the exporter opens no scope for them."""
 
     def __init__(self, width=4, classes=3):
         super().__init__()
-        self.stem = torch.nn.Conv2d(3, width, 3, padding=1)
+        self.stem = Stem({"conv": torch.nn.Conv2d(3, width, 3, padding=1),
+                          "relu": torch.nn.ReLU()})
         self.convs = torch.nn.ModuleList(
             torch.nn.Sequential(torch.nn.Conv2d(width, width, 3, padding=d, dilation=d),
                                 torch.nn.BatchNorm2d(width), torch.nn.ReLU())
@@ -364,7 +375,8 @@ def _():
     return "" if got == want else f"{got}, expected {want}"
 
 
-@case("attach(): branches in a ModuleList and a ModuleDict, bit-identical, evictions made")
+@case("attach(): branches in a ModuleList and a ModuleDict after a called ModuleDict, "
+       "bit-identical, evictions made")
 def _():
     torch.manual_seed(0)
     m = Branches().train()
