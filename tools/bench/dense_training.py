@@ -8,7 +8,7 @@ Models (SGD momentum 0.9, the forward and the loss under torch.autocast("cuda", 
   unet2d     dense_models.UNet: 2-D, base width 64, 4 levels down, 3 input channels, 21
              classes, 1024x1024, batch 16; per-pixel cross-entropy against int64 [N, H, W]
   unet3d     dense_models.UNet: 3-D, base width 32, 4 levels down, 1 input channel, 4 classes,
-             128x128x128, batch 16; per-voxel cross-entropy
+             128x128x128, batch 32; per-voxel cross-entropy
   deeplabv3  torchvision deeplabv3_resnet50(weights=None, weights_backbone=None,
              num_classes=21, aux_loss=False: one output, "out"), 1024x1024, batch 12;
              per-pixel cross-entropy
@@ -134,10 +134,10 @@ SPECS = {
                      ("soc", "half", "ckpt"), False, (3, 32, 32)),
     "unet2d": Spec("U-Net 2-D", _unet(2, 3, 21, 64), (3, 1024, 1024), 21, 16,
                    ("half", "quarter", "ckpt", "soc"), True, (3, 64, 64)),
-    "unet3d": Spec("U-Net 3-D", _unet(3, 1, 4, 32), (1, 128, 128, 128), 4, 16,
+    "unet3d": Spec("U-Net 3-D", _unet(3, 1, 4, 32), (1, 128, 128, 128), 4, 32,
                    ("half", "quarter", "ckpt", "soc"), True, (1, 32, 32, 32)),
     "deeplabv3": Spec("DeepLabV3-ResNet50", _deeplab, (3, 1024, 1024), 21, 12,
-                      ("half", "soc", "ckpt"), True, (3, 64, 64),
+                      ("half", "soc", "ckpt"), True, (3, 32, 32),
                       deterministic_algorithms=True),
 }
 
@@ -408,7 +408,21 @@ def run_config(ctx, name, spec, config, master, data, peaks, plain, row):
                                     "modelled plain peak")
         row["budget_bytes"] = budget
         t0 = time.monotonic()
-        plan = make_plan(ctx, spec, master, x, y, budget, recompute)
+        try:
+            plan = make_plan(ctx, spec, master, x, y, budget, recompute)
+        except autovm.PlannerError as e:
+            if e.exit_code != 6:
+                raise
+            # No activations-only plan keeps PyTorch within it (one step's working set is
+            # larger, say): plan at the least budget that can, and say so.
+            low = make_plan(ctx, spec, master, x, y, "min", recompute)
+            least = low.budget_bytes + (low.modelled_margin_bytes or 0)
+            row.update(asked_budget_bytes=budget, budget_bytes=least,
+                       budget_note=(f"{budget / 1e9:.2f} GB fits no plan "
+                                    f"({str(e)[:300]}); planned at the least budget, "
+                                    f"{least / 1e9:.2f} GB"))
+            del low
+            plan = make_plan(ctx, spec, master, x, y, least, recompute)
         row.update(planning_s=time.monotonic() - t0, budget_bytes=plan.requested_budget_bytes,
                    planner_budget_bytes=plan.budget_bytes,
                    pytorch_margin_bytes=plan.pytorch_margin_bytes,
@@ -524,6 +538,8 @@ def summary(r):
     if "skipped" in r:
         return f"{head} skipped: {r['skipped']}"
     text = f"{head} {r['step_ms']:9.1f} ms"
+    if "asked_budget_bytes" in r:
+        text += f"  (asked {r['asked_budget_bytes'] / 1e9:.2f} GB: fits no plan)"
     if r.get("peak_bytes") is not None:
         text += f"  peak {r['peak_bytes'] / 1e9:6.2f} GB"
     if "budget_bytes" in r:
@@ -542,12 +558,16 @@ CONFIG_TITLES = {"plain": "plain PyTorch", "save_on_cpu": "save_on_cpu(pin_memor
                  "checkpoint": "checkpointing"}
 
 
-def config_title(config):
-    parsed = parse_config(config)
+def config_title(row):
+    parsed = parse_config(row["config"])
     if parsed is None:
-        return CONFIG_TITLES[config]
+        return CONFIG_TITLES[row["config"]]
     label, recompute = parsed
-    return f"AutoVM {'recomputing' if recompute else 'moving'}, at {BUDGET_LABELS[label]}"
+    how = f"AutoVM {'recomputing' if recompute else 'moving'}"
+    if "asked_budget_bytes" in row:
+        return (f"{how}, at the least budget it can plan ({BUDGET_LABELS[label]}, "
+                f"{row['asked_budget_bytes'] / 1e9:.2f} GB, fits no plan)")
+    return f"{how}, at {BUDGET_LABELS[label]}"
 
 
 def csv_rows(results):
@@ -561,7 +581,7 @@ def csv_rows(results):
     rows = [header]
     for r in results:
         model = f"{r['title']} b{r['batch']} " + "x".join(map(str, r.get("sample", [])[1:]))
-        row = [model, config_title(r["config"])]
+        row = [model, config_title(r)]
         budget = f"{r['budget_bytes'] / 1e9:.2f}" if r.get("budget_bytes") else "-"
         if "error" in r or "skipped" in r:
             what = ("out of memory" if r.get("out_of_memory") else
@@ -625,6 +645,9 @@ def main():
                     help="autovm-plan (default: $AUTOVM_PLAN, else autovm's search)")
     ap.add_argument("--lib", default=os.environ.get("AUTOVM_LIB"),
                     help="libautovm (default: $AUTOVM_LIB, else autovm's search)")
+    ap.add_argument("--render", nargs="+", metavar="JSON",
+                    help="write --csv (and print the table) from earlier --out files, in order, "
+                         "and exit")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny sizes on the CPU, to test the logic (no peaks, fp32)")
     args = ap.parse_args()
@@ -632,6 +655,16 @@ def main():
         args.batch = parse_batches(args.batch)
     except ValueError as e:
         ap.error(str(e))
+    if args.render:
+        results = []
+        for path in args.render:
+            with open(path) as f:
+                results += json.load(f)["results"]
+        if args.csv:
+            write_csv(args.csv, results)
+        for row in csv_rows(results):
+            print(" | ".join(row))
+        return 0
     names = [n for n in args.models.split(",") if n]
     for n in names:
         if n not in SPECS:
