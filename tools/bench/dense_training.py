@@ -96,6 +96,7 @@ class Spec:
 
     def __init__(self, title, build, sample, classes, batch, budgets, dense, smoke_sample,
                  smoke_batch=2, deterministic_algorithms=False):
+        self.name = None  # its key in SPECS
         self.title, self.build, self.sample, self.classes = title, build, sample, classes
         self.batch, self.budgets, self.dense = batch, budgets, dense
         self.smoke_sample, self.smoke_batch = smoke_sample, smoke_batch
@@ -141,6 +142,10 @@ SPECS = {
                       ("half", "soc", "ckpt"), True, (3, 32, 32),
                       deterministic_algorithms=True),
 }
+
+
+for _name, _spec in SPECS.items():
+    _spec.name = _name
 
 
 def config_names(spec, recompute):
@@ -269,9 +274,11 @@ def make_batch(spec, batch, sample):
 
 
 @contextlib.contextmanager
-def exports_reused(tmp):
+def exports_reused(ctx, tmp):
     """plan() exports the model on every call; the export of one model at one input shape is
-    the same file each time, so within this context each is made once and copied."""
+    the same file each time (its weights stripped: the planner reads sizes only), so within
+    this context each is made once and copied. With --exports DIR, DIR/MODEL.onnx is used
+    when it is there (made by --export-only, on any machine), else made and written there."""
     from autovm import planner
 
     original = getattr(planner, "export_onnx", None)
@@ -282,10 +289,18 @@ def exports_reused(tmp):
 
     def export_once(model, example_batch, path, **kw):
         x = planner.example_input(example_batch)
-        key = (repr(model), tuple(x.shape[1:]), str(x.dtype), tuple(sorted(kw.items())))
+        key = (ctx.exporting, tuple(x.shape[1:]), tuple(sorted(kw.items())))
         if key not in made:
-            made[key] = original(model, example_batch, os.path.join(tmp, f"{len(made)}.onnx"),
-                                 **kw)
+            keep = ctx.args.exports and os.path.join(ctx.args.exports, f"{ctx.exporting}.onnx")
+            if keep and os.path.exists(keep):
+                made[key] = keep
+            else:
+                made[key] = original(model, example_batch,
+                                     os.path.join(tmp, f"{len(made)}.onnx"), **kw)
+                if keep:
+                    os.makedirs(ctx.args.exports, exist_ok=True)
+                    shutil.copyfile(made[key], keep + ".tmp")
+                    os.replace(keep + ".tmp", keep)
         shutil.copyfile(made[key], path)
         return path
 
@@ -308,6 +323,7 @@ class Context:
         self.autocast = None if args.smoke else torch.bfloat16
         self.results = []
         self.smoke_budgets = {}
+        self.exporting = None  # the model whose plans are being made (exports_reused)
 
 
 def isolate(ctx):
@@ -384,11 +400,12 @@ def train_steps(ctx, model, opt, fwd, loss_fn, x, y, wrapper):
     return times, losses, peak
 
 
-def make_plan(ctx, spec, master, x, y, budget, recompute, modelled=False):
+def make_plan(ctx, spec, master, x, y, budget, recompute):
     """autovm.plan() on a copy of the model with its own optimizer and the real batch."""
     import autovm
 
     args = ctx.args
+    ctx.exporting = spec.name + ("-smoke" if ctx.smoke else "")
     model = copy.deepcopy(master).to(ctx.device)
     opt = pytorch_compare.make_optimizer(model)
     kw = dict(planner=args.planner, lib=args.lib, recompute=recompute, loss="cross-entropy",
@@ -495,6 +512,26 @@ def smoke_budgets(ctx, spec, master, data):
     top = free.pytorch_memory["peak_allocated_bytes"]
     least = low.budget_bytes + (low.modelled_margin_bytes or 0)
     return {label: int(least + f * max(0, top - least)) for label, f in SMOKE_POSITIONS.items()}
+
+
+def export_only(ctx, names):
+    """--export-only: each model's export (full size, or smoke size with --smoke) into
+    --exports, on the CPU."""
+    import torch
+
+    from autovm import planner
+
+    for name in names:
+        spec = SPECS[name]
+        sample = spec.smoke_sample if ctx.smoke else spec.sample
+        path = os.path.join(ctx.args.exports, name + ("-smoke" if ctx.smoke else "") + ".onnx")
+        os.makedirs(ctx.args.exports, exist_ok=True)
+        t0 = time.monotonic()
+        with determinism(spec):
+            planner.export_onnx(spec.build(ctx.smoke), torch.randn(2, *sample), path + ".tmp")
+        os.replace(path + ".tmp", path)
+        print(f"{name}: {path} ({time.monotonic() - t0:.0f} s)", flush=True)
+    return 0
 
 
 def run_model(ctx, name, configs):
@@ -678,6 +715,10 @@ def main():
     ap.add_argument("--render", nargs="+", metavar="JSON",
                     help="write --csv (and print the table) from earlier --out files, in order, "
                          "and exit")
+    ap.add_argument("--exports", metavar="DIR",
+                    help="reuse the models' exports in DIR (MODEL.onnx), writing those missing")
+    ap.add_argument("--export-only", action="store_true",
+                    help="export each model into --exports (CPU, no GPU needed) and exit")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny sizes on the CPU, to test the logic (no peaks, fp32)")
     args = ap.parse_args()
@@ -714,14 +755,18 @@ def main():
             args.baseline_rows = json.load(f)["results"]
     import torch
 
+    if args.export_only and not args.exports:
+        ap.error("--export-only needs --exports DIR")
     if args.smoke:
         args.warmup, args.steps = 1, 2
-    elif not torch.cuda.is_available():
+    elif not torch.cuda.is_available() and not args.export_only:
         print("dense_training.py measures on a CUDA GPU; there is none here (--smoke runs "
               "the logic on the CPU)", file=sys.stderr)
         return 77
     ctx = Context(args)
-    with tempfile.TemporaryDirectory(prefix="dense-") as tmp, exports_reused(tmp):
+    if args.export_only:
+        return export_only(ctx, names)
+    with tempfile.TemporaryDirectory(prefix="dense-") as tmp, exports_reused(ctx, tmp):
         for name in names:
             configs = config_names(SPECS[name], args.recompute)
             if wanted:
