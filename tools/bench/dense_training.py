@@ -10,15 +10,20 @@ Models (SGD momentum 0.9, the forward and the loss under torch.autocast("cuda", 
   unet3d     dense_models.UNet: 3-D, base width 32, 4 levels down, 1 input channel, 4 classes,
              128x128x128, batch 32; per-voxel cross-entropy
   deeplabv3  torchvision deeplabv3_resnet50(weights=None, weights_backbone=None,
-             num_classes=21, aux_loss=False: one output, "out"), 1024x1024, batch 12;
-             per-pixel cross-entropy
-The batches are chosen so that plain PyTorch needs more than 50 GB (for the U-Nets; DeepLabV3
-as much) and stays under 100 GB of the H200's 139 GiB, by autovm-plan's PyTorch memory model
-(bf16, SGD momentum; autovm.plan() without a budget, plan.pytorch_memory):
-  unet2d b16: 50.9 GB   unet3d b16: 59.3 GB   deeplabv3 b12: 61.7 GB
-and are powers of two where save_on_cpu is to run: PyTorch's pinned host allocator rounds each
-block up to a power of two, and these models' per-sample tensors are powers of two, so a batch
-of 2**k keeps save_on_cpu's host memory at the saved bytes (below 90 GB of the host's 128 GB).
+             num_classes=21, aux_loss=False: one output, "out", no auxiliary head),
+             1024x1024, batch 16; per-pixel cross-entropy
+The U-Nets' batches are chosen so that plain PyTorch needs more than 50 GB and stays under
+100 GB of the H200's 139 GiB, by autovm-plan's PyTorch memory model (bf16, SGD momentum:
+autovm.plan() without a budget, plan.pytorch_memory["peak_allocated_bytes"]; saved tensors in
+brackets):
+  unet2d b16: 50.9 GB (46.7)   unet3d b32: 70.4 GB (61.4)   deeplabv3 b16: 37.4 GB (35.3)
+(per sample 3.16, 2.19 and 2.32 GB: the next power of two would put the 2-D U-Net over
+100 GB). They are powers of two because PyTorch's pinned host allocator rounds each block up
+to one and these models' per-sample tensors are powers of two: a batch of 2**k keeps
+save_on_cpu's pinned memory at the saved bytes, below 90 GB of the host's 128 GB. The 3-D
+U-Net's 25 % of plain's peak is below what any plan can keep (one backward convolution of the
+top decoder block holds 31 % of the peak at once): its rows plan at the least budget instead
+and say so.
 
 Configurations of each model:
   plain          plain PyTorch
@@ -60,7 +65,9 @@ autovm-plan can plan and its modelled plain peak (SMOKE_POSITIONS); no pinned
 memory; fp32 (torch 1.13's CPU autocast runs ConvTranspose in fp32 where CUDA's runs it in
 bf16, so a bf16 plan would not fit it).
 
-  python3 tools/bench/dense_training.py --out $OUT/dense.json --csv $OUT/dense.csv
+  python3 tools/bench/dense_training.py --exports tools/bench/data/dense/exports --out J --csv C
+  python3 tools/bench/dense_training.py --render A.json B.json --csv dense.csv
+  /usr/bin/python3 tools/bench/dense_training.py --export-only --exports DIR
   /usr/bin/python3 tools/bench/dense_training.py --smoke --out /tmp/dense-smoke.json
 """
 import argparse
@@ -138,7 +145,7 @@ SPECS = {
                    ("half", "quarter", "ckpt", "soc"), True, (3, 64, 64)),
     "unet3d": Spec("U-Net 3-D", _unet(3, 1, 4, 32), (1, 128, 128, 128), 4, 32,
                    ("half", "quarter", "ckpt", "soc"), True, (1, 32, 32, 32)),
-    "deeplabv3": Spec("DeepLabV3-ResNet50", _deeplab, (3, 1024, 1024), 21, 12,
+    "deeplabv3": Spec("DeepLabV3-ResNet50", _deeplab, (3, 1024, 1024), 21, 16,
                       ("half", "soc", "ckpt"), True, (3, 32, 32),
                       deterministic_algorithms=True),
 }
@@ -250,7 +257,8 @@ def forward_fn(name, model, config):
         return pytorch_compare.forward_fn(name, model, config)
     if name in ("unet2d", "unet3d"):
         return lambda x: model.run(x, _checkpoint)
-    bb = model.backbone  # torchvision's _SimpleSegmentationModel.forward, backbone layers checkpointed
+    # torchvision's _SimpleSegmentationModel.forward, the backbone's layers checkpointed.
+    bb = model.backbone
 
     def fwd(x):
         size = x.shape[-2:]
