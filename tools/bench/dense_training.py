@@ -359,12 +359,14 @@ def determinism(spec):
     saved = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     algorithms = spec.deterministic_algorithms and hasattr(torch, "use_deterministic_algorithms")
-    fill = None
+    det = fill = None
     if algorithms:
-        det = getattr(getattr(torch, "utils", None), "deterministic", None)
-        if det is not None and hasattr(det, "fill_uninitialized_memory"):
+        try:  # torch >= 2.1; older versions fill nothing
+            import torch.utils.deterministic as det
             fill = det.fill_uninitialized_memory
             det.fill_uninitialized_memory = False
+        except (ImportError, AttributeError):
+            det = None
         torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         yield
@@ -372,8 +374,8 @@ def determinism(spec):
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved
         if algorithms:
             torch.use_deterministic_algorithms(False)
-            if fill is not None:
-                torch.utils.deterministic.fill_uninitialized_memory = fill
+            if det is not None:
+                det.fill_uninitialized_memory = fill
 
 
 def train_steps(ctx, model, opt, fwd, loss_fn, x, y, wrapper):
@@ -582,7 +584,8 @@ def run_model(ctx, name, configs):
 def meta(ctx):
     import torch
 
-    m = {"script": "tools/bench/dense_training.py", "command": " ".join(sys.argv),
+    m = {"script": "tools/bench/dense_training.py",
+         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
          "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "host": platform.node(),
          "python": platform.python_version(), "torch": torch.__version__,
          "warmup": ctx.args.warmup, "steps": ctx.args.steps, "smoke": ctx.smoke,
