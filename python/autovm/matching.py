@@ -42,13 +42,16 @@ def _unqualified(qualified):
     return qualified
 
 
-def onnx_scope(name):
+def onnx_scope(name, uncalled=()):
     """The TorchScript exporter's node-name scope of module `name` ('' is the root):
-    'layer1.0.conv1' -> '/layer1/layer1.0/conv1'."""
+    'layer1.0.conv1' -> '/layer1/layer1.0/conv1'. The exporter opens a scope per module call,
+    so the modules named in `uncalled` (those without a forward, ModuleList and ModuleDict:
+    never called themselves) have none: 'convs.0.0' with 'convs' a ModuleList -> '/convs.0/convs.0.0'."""
     if not name:
         return ""
     parts = name.split(".")
-    return "".join("/" + _unqualified(".".join(parts[:i])) for i in range(1, len(parts) + 1))
+    prefixes = (".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return "".join("/" + _unqualified(q) for q in prefixes if q not in uncalled)
 
 
 class _Matching:
@@ -84,7 +87,11 @@ class _Matching:
 
         # Module calls: the exporter's node scope is the module's scope, '_k' for call k > 0.
         modules = dict(model.named_modules())
-        by_scope = {onnx_scope(n): n for n in modules if n}
+        # Modules without a forward of their own (ModuleList, ModuleDict) are never called;
+        # a subclass with one (torchvision's IntermediateLayerGetter) is.
+        unimplemented = self.torch.nn.Module.forward
+        uncalled = {n for n, m in modules.items() if type(m).forward is unimplemented}
+        by_scope = {onnx_scope(n, uncalled): n for n in modules if n}
         self._leaves = {n for n, m in modules.items() if n and not any(True for _ in m.children())}
         first_fwd, last_fwd, first_bwd = {}, {}, {}
         self.call_steps = {}

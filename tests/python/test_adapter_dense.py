@@ -338,4 +338,49 @@ def _():
                       "dict of str to tensors"))
 
 
+class Stem(torch.nn.ModuleDict):
+    """A ModuleDict with a forward of its own (as torchvision's IntermediateLayerGetter): called,
+    so it has a scope."""
+
+    def forward(self, x):
+        for m in self.values():
+            x = m(x)
+        return x
+
+
+class Branches(torch.nn.Module):
+    """Parallel branches in a ModuleList and a ModuleDict, as DeepLabV3's ASPP holds them:
+    containers that are never called themselves, so the exporter opens no scope for them."""
+
+    def __init__(self, width=4, classes=3):
+        super().__init__()
+        self.stem = Stem({"conv": torch.nn.Conv2d(3, width, 3, padding=1),
+                          "relu": torch.nn.ReLU()})
+        self.convs = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Conv2d(width, width, 3, padding=d, dilation=d),
+                                torch.nn.BatchNorm2d(width), torch.nn.ReLU())
+            for d in (1, 2))
+        self.heads = torch.nn.ModuleDict({"out": torch.nn.Conv2d(2 * width, classes, 1)})
+
+    def forward(self, x):
+        x = self.stem(x)
+        return self.heads["out"](torch.cat([c(x) for c in self.convs], 1))
+
+
+@case("onnx_scope(): containers never called (ModuleList, ModuleDict) open no scope")
+def _():
+    got = (autovm.onnx_scope("convs.0.0", {"convs"}), autovm.onnx_scope("layer1.0.conv1"),
+           autovm.onnx_scope("classifier.0.convs.1", {"classifier.0.convs"}))
+    want = ("/convs.0/convs.0.0", "/layer1/layer1.0/conv1", "/classifier/classifier.0/convs.1")
+    return "" if got == want else f"{got}, expected {want}"
+
+
+@case("attach(): branches in a ModuleList and a ModuleDict after a called ModuleDict, "
+       "bit-identical, evictions made")
+def _():
+    torch.manual_seed(0)
+    m = Branches().train()
+    return identical(m, x16, y16, F.cross_entropy, plan_evicting(m, x16), "branches")
+
+
 sys.exit(finish())
