@@ -50,12 +50,14 @@ class _Replay:
             g["sources"] = collections.Counter(a["source_step"] for a in g["actions"])
         self.groups.sort(key=lambda g: g["after_step"])  # stable: plan order otherwise
         problems = []
+        weight_casts = self._weight_casts()
         for gi, g in enumerate(self.groups):
             made = set()
             for a in g["actions"]:
                 s = p.steps[a["source_step"]]
                 for tid in s["inputs"]:
-                    if p.tensors[tid]["kind"] in ("parameter", "buffer") or tid in made:
+                    if (p.tensors[tid]["kind"] in ("parameter", "buffer") or tid in made
+                            or tid in weight_casts):
                         continue
                     if tid not in self.identity_tids:
                         problems.append(f"the chain before step {a['ready_before_step']} reads "
@@ -85,6 +87,18 @@ class _Replay:
             more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
             raise PlanFitError(f"{p.path}: the adapter cannot replay the plan's recomputation: "
                                + "; ".join(problems[:5]) + more)
+
+    def _weight_casts(self):
+        """Plan tensors that are autocast's cast copies of a parameter (a Cast step of
+        parameters only, under --autocast): a chain reads the module's parameter instead, which
+        the replay's autocast casts again, as the forward did (_replay_autocast)."""
+        p = self.plan
+        out = set()
+        for s in p.steps:
+            if s["op"] == "Cast" and s["inputs"] and all(
+                    p.tensors[t]["kind"] == "parameter" for t in s["inputs"]):
+                out.update(s["outputs"])
+        return out
 
     def _discard_due(self, step, pos):
         """Discards issued by pos: each entry (matched by identity) gives up its GPU tensor

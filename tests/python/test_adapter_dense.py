@@ -24,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "python")]
 
 import torch  # noqa: E402
+import torchvision  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import autovm  # noqa: E402
@@ -259,6 +260,25 @@ def _():
     if not {"BatchNormalization", "MaxPool"} <= ops:
         return f"the plan should replay batch norm and max pooling: {sorted(ops)}"
     return identical(unet_near, x16, y16, F.cross_entropy, p, "unet bf16 recomputing",
+                     autocast=BF16, recomputing=True)
+
+
+@case("attach(): bf16 CPU autocast recomputing convolutions from the weights' cast copies")
+def _():
+    # A replayed convolution reads its weight's bf16 cast copy in the plan; the replay casts the
+    # module's weight again under the plan's autocast. ResNet-18's least budget regenerates
+    # convolutions.
+    torch.manual_seed(3)
+    r18 = torchvision.models.resnet18(num_classes=5).train()
+    xr = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(4))
+    yr = torch.randint(0, 5, (2,), generator=torch.Generator().manual_seed(5))
+    p = plan_evicting(r18, xr, 0.0, autocast="bf16", recompute=["Conv"])
+    casts = {t["id"] for t in p.tensors if t["name"].endswith("/autocast_bf16")}
+    reads = [a for a in p.actions if a["kind"] == "recompute"
+             and casts & set(p.steps[a["source_step"]]["inputs"])]
+    if not reads:
+        return "no recomputed convolution reads a weight's cast copy: the case tests nothing"
+    return identical(r18, xr, yr, F.cross_entropy, p, "resnet18 bf16 recomputing convs",
                      autocast=BF16, recomputing=True)
 
 
