@@ -161,7 +161,13 @@ def main():
                     help="the runtime path (libautovm's managed pool, executor='runtime')")
     ap.add_argument("--out")
     ap.add_argument("--csv", help="also write the table BENCHMARKS.md shows")
+    ap.add_argument("--render", metavar="JSON", help="write --csv from an earlier --out, run nothing")
     a = ap.parse_args()
+    if a.render:
+        with open(a.render) as f:
+            doc = json.load(f)
+        write_csv(a.csv, doc["results"], doc["meta"].get("executor", "copy"))
+        return 0
     import torch
 
     if a.runtime:
@@ -174,6 +180,7 @@ def main():
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
     meta = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
+            "executor": "runtime" if a.runtime else "copy",
             "python": platform.python_version(), "steps": a.steps,
             "date": datetime.date.today().isoformat(),
             "command": " ".join(["tools/bench/budget_check.py"] + sys.argv[1:])}
@@ -204,14 +211,14 @@ def main():
 def write_csv(path, rows, executor):
     import csv
 
-    head = ["model", "batch", "executor", "recompute", "budget GB", "peak GB", "within",
+    head = ["model", "batch", "executor", "recompute", "calibrated", "budget GB", "peak GB", "within",
             "step ms", "plain ms", "plain peak GB", "plans", "margin GB", "bit-identical"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(head)
         for r in rows:
             base = [r["model"], r["batch"], executor, "yes" if r["recompute"] else "no",
-                    f"{r['budget_bytes'] / 1e9:.2f}"]
+                    "yes" if r.get("calibrate", True) else "no", f"{r['budget_bytes'] / 1e9:.2f}"]
             if "error" in r:
                 w.writerow(base + ["-", "refused: " + r["error"][:160]] + [""] * 6)
                 continue

@@ -545,6 +545,8 @@ def export_only(ctx, names):
 
 
 def run_model(ctx, name, configs):
+    import torch
+
     spec = SPECS[name]
     args = ctx.args
     batch = spec.smoke_batch if ctx.smoke else args.batch.get(name, spec.batch)
@@ -569,7 +571,7 @@ def run_model(ctx, name, configs):
                 run_config(ctx, name, spec, config, master, data, peaks, plain, row)
             except Exception as e:  # one configuration failing (OOM, planner) keeps the rest
                 row["error"] = f"{type(e).__name__}: {str(e)[:2000]}"
-                row["out_of_memory"] = "out of memory" in str(e).lower()
+                row["out_of_memory"] = isinstance(e, torch.cuda.OutOfMemoryError)
             row["wall_s"] = time.monotonic() - t0
             if config in BASELINES and row.get("peak_bytes") and not ctx.smoke:
                 peaks[config] = row["peak_bytes"]
@@ -662,8 +664,11 @@ def csv_rows(results):
         row = [model, config_title(r)]
         budget = f"{r['budget_bytes'] / 1e9:.2f}" if r.get("budget_bytes") else "-"
         if "error" in r or "skipped" in r:
-            what = ("out of memory" if r.get("out_of_memory") else
-                    f"failed: {r['error'][:120]}" if "error" in r else f"skipped: {r['skipped']}")
+            error = r.get("error", "")
+            what = ("refused before training: the budget cannot be promised"
+                    if error.startswith("PlannerError") and "cannot be promised" in error else
+                    "out of memory" if r.get("out_of_memory") else
+                    f"failed: {error[:120]}" if error else f"skipped: {r['skipped']}")
             rows.append(row + [budget, what, "-", "-", "-", "-", "-"])
             continue
 
