@@ -467,7 +467,7 @@ PytorchMemoryEstimate Replay::run() {
     if (s.phase != Phase::forward) continue;
     if (s.op == "BatchNormalization") batch_norms++;
     bool gemm = s.op == "Gemm" || s.op == "Linear";
-    products = products || gemm || s.op == "MatMul";
+    products = products || gemm || s.op == "MatMul" || s.op == "Einsum";
     biased_products = biased_products || (gemm && s.inputs.size() >= 3);
   }
   int64_t libraries = o_.library_workspace_bytes;

@@ -26,10 +26,13 @@ DType low_dtype(Autocast a) {
 }
 
 AutocastList autocast_list(std::string_view op) {
-  constexpr std::array<std::string_view, 6> lower = {"Conv", "ConvTranspose", "Gemm", "Linear", "MatMul",
+  constexpr std::array<std::string_view, 7> lower = {"Conv",   "ConvTranspose", "Einsum",
+                                                    "Gemm",   "Linear",        "MatMul",
                                                     "ScaledDotProductAttention"};
-  constexpr std::array<std::string_view, 7> fp32 = {"GroupNormalization", "LayerNormalization", "Pow",
-                                                    "ReduceProd", "ReduceSum", "Softmax", "Softplus"};
+  // exp and norm (ReduceL2) are on CUDA autocast's fp32 list too.
+  constexpr std::array<std::string_view, 9> fp32 = {"Exp",       "GroupNormalization", "LayerNormalization",
+                                                    "Pow",       "ReduceL2",           "ReduceProd",
+                                                    "ReduceSum", "Softmax",            "Softplus"};
   for (std::string_view o : lower)
     if (o == op) return AutocastList::lower;
   for (std::string_view o : fp32)

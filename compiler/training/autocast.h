@@ -3,9 +3,11 @@
 // autocast_mode.cpp, "CUDA Ops that can autocast to float16" and "to float32"):
 //   lower    runs in the low dtype; every floating-point input is cast to it first. Parameters'
 //            cast copies are cached for the rest of the forward pass (autocast's weight cache)
-//            and are what autograd saves: Conv, ConvTranspose, Gemm (linear), MatMul.
+//            and are what autograd saves: Conv, ConvTranspose, Gemm (linear), MatMul, Einsum,
+//            ScaledDotProductAttention.
 //   fp32     runs in float32; low-precision inputs are cast up first: Softmax, LayerNormalization,
-//            GroupNormalization, Pow, Softplus, ReduceSum, ReduceProd, and the losses.
+//            GroupNormalization, Pow, Softplus, ReduceSum, ReduceProd, Exp, ReduceL2 (norm), and
+//            the losses.
 //   promote  runs in the widest of its inputs' dtypes, inputs cast to it: Concat (cat).
 //   other    no autocast: PyTorch's type promotion gives the output the widest floating-point
 //            dtype of its inputs (fp16 activation + fp32 parameter: fp32), except that batch and
