@@ -33,6 +33,10 @@
 //       Slice, Split         views of their input (narrow, chunk): no storage or node of their
 //                            own; a reader that saves one keeps the whole input, and its
 //                            gradient is counted at the input's size
+//       Expand               a view of its input (expand, expand_as: F.normalize's divisor)
+//                            in the same way; the reader's full-size gradient, which
+//                            ExpandBackward sums to the input's shape at once, is counted at
+//                            the input's size
 //       Instance/GroupNorm   save input and the statistics (their gradient rule's needs)
 //       ScaledDotProductAttention  (fused, flash or memory-efficient kernel) saves q, k, v, its
 //                            output and the f32 logsumexp; never the [.., Lq, Lk] matrices;
@@ -189,9 +193,10 @@ void Replay::prepare() {
   }
   for (const Step& s : g_.steps) {
     if (s.phase != Phase::forward) continue;
-    // Slices and splits are views of their input in PyTorch (narrow, chunk): no storage and no
-    // backward node of their own; their readers hold and save the input's storage.
-    if ((s.op == "Slice" || s.op == "Split") && !s.inputs.empty() && !s.outputs.empty()) {
+    // Slices, splits and expansions are views of their input in PyTorch (narrow, chunk,
+    // expand): no storage and no backward node of their own; their readers hold and save the
+    // input's storage.
+    if ((s.op == "Slice" || s.op == "Split" || s.op == "Expand") && !s.inputs.empty() && !s.outputs.empty()) {
       for (TensorId o : s.outputs) rep_[size_t(o)] = rep(s.inputs[0]);
       continue;
     }
@@ -467,7 +472,7 @@ PytorchMemoryEstimate Replay::run() {
     if (s.phase != Phase::forward) continue;
     if (s.op == "BatchNormalization") batch_norms++;
     bool gemm = s.op == "Gemm" || s.op == "Linear";
-    products = products || gemm || s.op == "MatMul";
+    products = products || gemm || s.op == "MatMul" || s.op == "Einsum";
     biased_products = biased_products || (gemm && s.inputs.size() >= 3);
   }
   int64_t libraries = o_.library_workspace_bytes;

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "model/einsum.h"
 #include "model/shape_rules.h"
 #include "util/error.h"
 
@@ -427,6 +428,20 @@ void infer_matmul(Ctx& c) {
   c.set(0, c.dtype(0), out);
 }
 
+// Einsum of two operands (model/einsum.h); an equation the planner does not support is refused
+// as unsupported, naming the node.
+void infer_einsum(Ctx& c) {
+  try {
+    const EinsumEquation e = parse_einsum(c.node().attr_s("equation", ""));
+    std::vector<const Shape*> shapes;
+    for (size_t i = 0; i < c.num_inputs(); ++i) shapes.push_back(&c.shape(i));
+    c.set(0, c.dtype(0), einsum_output_shape(e, einsum_extents(e, shapes)));
+  } catch (const Error& err) {
+    if (err.kind() == ErrorKind::invalid_model) fail(err.what());
+    throw Error(err.kind(), "node " + quote(c.node().name) + " (Einsum): " + err.what());
+  }
+}
+
 // The planner's Linear (model/fusion/): X [..., K], W [M, K], B [M] -> [..., M].
 void infer_linear(Ctx& c) {
   const Shape &x = c.shape(0), &w = c.shape(1), &b = c.shape(2);
@@ -560,9 +575,11 @@ const Rule* find_rule(std::string_view op) {
       {"Conv", {infer_conv}},
       {"Div", {infer_arith, eval_arith<Arith::div>}},
       {"Dropout", {infer_dropout}},
+      {"Einsum", {infer_einsum}},
       {"Elu", {infer_same}},
       {"Equal", {infer_compare, eval_equal}},
       {"Erf", {infer_same}},
+      {"Exp", {infer_same}},
       {"Expand", {infer_expand, eval_expand}},
       {"Gelu", {infer_same}},
       {"Gemm", {infer_gemm}},
@@ -588,6 +605,7 @@ const Rule* find_rule(std::string_view op) {
       {"Not", {infer_not, eval_not}},
       {"Pow", {infer_arith, eval_arith<Arith::pow>}},
       {"Range", {infer_range, eval_range}},
+      {"ReduceL2", {infer_reduce}},
       {"ReduceMax", {infer_reduce}},
       {"ReduceMean", {infer_reduce, eval_reduce<Reduce::mean>}},
       {"ReduceProd", {infer_reduce, eval_reduce<Reduce::prod>}},

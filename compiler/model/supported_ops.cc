@@ -12,14 +12,14 @@
 namespace autovm::model {
 namespace {
 
-constexpr std::array<std::string_view, 71> kSupported = {
+constexpr std::array<std::string_view, 74> kSupported = {
     "Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Constant",
-    "ConstantOfShape", "Conv", "ConvTranspose", "Div", "Dropout", "Elu", "Equal", "Erf", "Expand",
+    "ConstantOfShape", "Conv", "ConvTranspose", "Div", "Dropout", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand",
     "Flatten", "Gather", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "Greater",
     "GreaterOrEqual", "GroupNormalization", "HardSigmoid", "HardSwish", "Identity",
     "InstanceNormalization", "LRN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual",
     "MatMul", "Max", "MaxPool", "Min", "Mish", "Mod", "Mul", "Neg", "Not", "Pad", "Pow",
-    "RandomUniformLike", "Range", "ReduceMax", "ReduceMean", "ReduceProd", "ReduceSum", "Relu",
+    "RandomUniformLike", "Range", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceProd", "ReduceSum", "Relu",
     "Reshape", "Resize", "ScatterND", "Selu", "Shape", "Sigmoid", "Slice", "Softmax", "Softplus", "Split",
     "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Transpose", "Unsqueeze", "Upsample", "Where",
 };

@@ -26,14 +26,17 @@ DType low_dtype(Autocast a) {
 }
 
 AutocastList autocast_list(std::string_view op) {
-  constexpr std::array<std::string_view, 6> lower = {"Conv", "ConvTranspose", "Gemm", "Linear", "MatMul",
+  constexpr std::array<std::string_view, 7> lower = {"Conv",   "ConvTranspose", "Einsum",
+                                                    "Gemm",   "Linear",        "MatMul",
                                                     "ScaledDotProductAttention"};
-  constexpr std::array<std::string_view, 7> fp32 = {"GroupNormalization", "LayerNormalization", "Pow",
-                                                    "ReduceProd", "ReduceSum", "Softmax", "Softplus"};
+  constexpr std::array<std::string_view, 8> fp32 = {"Exp",        "GroupNormalization", "LayerNormalization",
+                                                    "Pow",        "ReduceProd",         "ReduceSum",
+                                                    "Softmax",    "Softplus"};
   for (std::string_view o : lower)
     if (o == op) return AutocastList::lower;
   for (std::string_view o : fp32)
     if (o == op) return AutocastList::fp32;
+  if (op == "ReduceL2") return AutocastList::fp32_dtype;
   if (op == "Concat") return AutocastList::promote;
   return AutocastList::other;
 }

@@ -1,5 +1,7 @@
 #include "training/cost.h"
 
+#include "model/einsum.h"
+
 #include <algorithm>
 #include <string>
 #include <unordered_map>
@@ -19,7 +21,7 @@ double numel(const Shape* s) { return s ? static_cast<double>(element_count(*s))
 double elementwise_cost(const std::string& op) {
   static const std::unordered_map<std::string, double> cost = {
       {"Relu", 1}, {"Clip", 2}, {"HardSigmoid", 3}, {"HardSwish", 5}, {"Sigmoid", 4},
-      {"Erf", 8},  {"Sqrt", 4}, {"Add", 1},         {"Sub", 1},       {"Mul", 1},
+      {"Erf", 8},  {"Exp", 8},  {"Sqrt", 4}, {"Add", 1},         {"Sub", 1},       {"Mul", 1},
       {"Div", 1},  {"Pow", 8},  {"Where", 1},       {"Dropout", 2},   {"LeakyRelu", 2},
       {"Elu", 8},  {"Selu", 8}, {"Tanh", 8},        {"Softplus", 8},  {"Mish", 12},
       {"Gelu", 12}, {"Silu", 5}, {"Less", 1}, {"Greater", 1}, {"LessOrEqual", 1}, {"GreaterOrEqual", 1}, {"Mod", 2}, {"ScatterND", 1},    {"RandomUniformLike", 4}};
@@ -64,6 +66,12 @@ double forward_flops(const model::Model& m, const model::Node& n) {
     if (!in0 || !out0 || in0->empty()) return 0;
     return numel(out0) * 2 * static_cast<double>(in0->back());
   }
+  if (op == "Einsum") {
+    const Shape* b = n.inputs.size() > 1 ? shape_of(m, n.inputs[1]) : nullptr;
+    if (!in0 || !b) return 0;
+    const model::EinsumEquation e = model::parse_einsum(n.attr_s("equation", ""));
+    return model::einsum_flops(model::einsum_extents(e, {in0, b}));
+  }
   if (op == "ScaledDotProductAttention") {  // Q K^T and P V, and the softmax between them
     const Shape* k = n.inputs.size() > 1 ? shape_of(m, n.inputs[1]) : nullptr;
     if (!in0 || !out0 || !k || k->size() < 2 || in0->empty()) return 0;
@@ -81,6 +89,7 @@ double forward_flops(const model::Model& m, const model::Node& n) {
   if (op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "ReduceMean" || op == "ReduceSum" ||
       op == "ReduceMax")
     return numel(in0);
+  if (op == "ReduceL2") return 2 * numel(in0);  // a square and a sum per element
   if (op == "Sum" || op == "Max" || op == "Min")
     return numel(out0) * static_cast<double>(std::max<size_t>(n.inputs.size(), 2) - 1);
   if (op == "Resize" || op == "Upsample") {

@@ -101,6 +101,7 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
         return inputs[0] == kNoTensor ? DType::undefined : g.tensor(inputs[0]).dtype;
       return widest;
     }
+    if (list == AutocastList::fp32_dtype) return widest == DType::undefined ? widest : DType::f32;
     const DType target = list == AutocastList::lower ? low : list == AutocastList::fp32 ? DType::f32 : widest;
     for (size_t i = 0; i < data; ++i) {
       TensorId t = inputs[i];

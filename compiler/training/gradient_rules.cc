@@ -54,6 +54,8 @@ std::vector<GradientRule> make_rules() {
       {"Sigmoid", C::compute, 1, {0}, {{out(0)}}, 1},
       {"Erf", C::compute, 1, {0}, {{in(0)}}, 1},
       {"Sqrt", C::compute, 1, {0}, {{out(0)}}, 1},
+      // exp saves its result: d/dx = dY * Y.
+      {"Exp", C::compute, 1, {0}, {{out(0)}}, 1},
       {"Add", C::compute, 2, {0, 1}, {{}, {}}, 1},
       {"Sum", C::compute, -1, {}, {}, 1},  // every input differentiable; needs nothing
       // Elementwise Max and Min (up to 8 inputs, shape_rules_dense.cc): the gradient goes to
@@ -71,6 +73,9 @@ std::vector<GradientRule> make_rules() {
       {"GlobalAveragePool", C::compute, 1, {0}, {{}}, 1},
       {"ReduceMean", C::compute, 1, {0}, {{}}, 1},
       {"ReduceSum", C::compute, 1, {0}, {{}}, 1},
+      // The 2-norm (torch's norm, which F.normalize calls): d/dx = dY * x / Y saves input and
+      // result.
+      {"ReduceL2", C::compute, 1, {0}, {{in(0), out(0)}}, 1},
       // Max reductions route dY to the maxima: input and output locate them.
       {"ReduceMax", C::compute, 1, {0}, {{in(0), out(0)}}, 1},
       {"GlobalMaxPool", C::compute, 1, {0}, {{in(0), out(0)}}, 1},
@@ -78,6 +83,9 @@ std::vector<GradientRule> make_rules() {
       // x W^T + b over x's last axis, fused from MatMul, Transpose and Add (model/fusion/).
       {"Linear", C::compute, 3, {0, 1, 2}, {{in(1)}, {in(0)}, {}}, 2},
       {"MatMul", C::compute, 2, {0, 1}, {{in(1)}, {in(0)}}, 2},
+      // Einsum of two operands (model/einsum.h): torch's einsum runs one batched matrix product
+      // of (permuted, reshaped) operands, whose autograd node saves both, like MatMul.
+      {"Einsum", C::compute, 2, {0, 1}, {{in(1)}, {in(0)}}, 2},
       // Fused attention (model/fusion/attention.cc): outputs [Y, logsumexp]. The backward
       // kernel recomputes the probabilities from Q, K and the logsumexp and needs Y for the
       // softmax's gradient, so each input's gradient reads Q, K, V, Y and the logsumexp; it

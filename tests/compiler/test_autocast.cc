@@ -172,3 +172,27 @@ TEST_CASE("autocast: a zero-dim fp32 constant does not widen a bf16 tensor (q * 
   CHECK(tensor(g, "s").dtype == DType::bf16);
   CHECK(tensor(g, "t").dtype == DType::f32);
 }
+
+TEST_CASE("autocast: norm computes in fp32 from its bf16 input (no copy); exp casts; einsum lowers") {
+  // h = Gemm (bf16). ReduceL2 reads h itself and writes fp32 (autocast appends dtype=float);
+  // Exp is on the fp32 list: a cast copy of h first; Einsum is on the lower list.
+  ModelBuilder b;
+  b.input("x", {2, 8}).param("w", {8, 8}).param("v", {8, 8});
+  model::Attribute eq;
+  eq.kind = model::Attribute::Kind::s;
+  eq.s = "ij,jk->ik";
+  b.node("Gemm", "fc", {"x", "w"}, {{"h", {2, 8}}});
+  b.node("ReduceL2", "norm", {"h"}, {{"n", {2, 1}}}, {{"axes", ints_attr({1})}});
+  b.node("Exp", "exp", {"h"}, {{"e", {2, 8}}});
+  b.node("Einsum", "es", {"e", "v"}, {{"z", {2, 8}}}, {{"equation", eq}});
+  b.node("Mul", "scale", {"z", "n"}, {{"logits", {2, 8}}}).output("logits");
+  const TrainingGraph g = build(b, training::Autocast::bf16).graph;
+  CHECK(names(g, step(g, "ReduceL2", "norm").inputs) == Names{"h"});
+  CHECK(tensor(g, "h").dtype == DType::bf16);
+  CHECK(tensor(g, "n").dtype == DType::f32);
+  CHECK(names(g, step(g, "Exp", "exp").inputs) == Names{"exp/h/autocast_fp32"});
+  CHECK(tensor(g, "e").dtype == DType::f32);
+  CHECK(names(g, step(g, "Einsum", "es").inputs) == Names{"es/e/autocast_bf16", "v/autocast_bf16"});
+  CHECK(tensor(g, "z").dtype == DType::bf16);
+  CHECK(training::autocast_list("ReduceL2") == training::AutocastList::fp32_dtype);
+}

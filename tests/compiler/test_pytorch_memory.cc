@@ -383,3 +383,31 @@ TEST_CASE("a product saves each operand only for the other's gradient (x * c kee
   PytorchMemoryEstimate e = predict_pytorch_memory(g, bare());
   CHECK(e.saved_bytes == 4096 + 4096 + 512 + 512);  // m, n, log_prob, total_weight
 }
+
+// x: input [1024]; w: [256]; a = Conv(x, w) [1024] f32 (4096 B); n = ReduceL2(a) [1] (512 B);
+// e = Expand(n) [1024], a view of n (expand_as); d = Div(a, e) [1024] saves a and e, that is
+// n's storage (512 B), not 4096 B.
+TEST_CASE("an expansion is a view: a reader that saves it keeps only the small input") {
+  TrainingGraph g;
+  TensorId x = g.add_tensor("x", TensorKind::input, DType::f32, {1024});
+  TensorId w = g.add_tensor("w", TensorKind::parameter, DType::f32, {256});
+  TensorId a = g.add_tensor("a", TensorKind::activation, DType::f32, {1024});
+  TensorId n = g.add_tensor("n", TensorKind::activation, DType::f32, {1});
+  TensorId e = g.add_tensor("e", TensorKind::activation, DType::f32, {1024});
+  TensorId d = g.add_tensor("d", TensorKind::activation, DType::f32, {1024});
+  TensorId w2 = g.add_tensor("w2", TensorKind::parameter, DType::f32, {10, 1024});
+  TensorId b2 = g.add_tensor("b2", TensorKind::parameter, DType::f32, {10});
+  TensorId logits = g.add_tensor("logits", TensorKind::activation, DType::f32, {1, 10});
+  step(g, "Conv", Phase::forward, {x, w}, {a});
+  step(g, "ReduceL2", Phase::forward, {a}, {n});  // saves a and n
+  step(g, "Expand", Phase::forward, {n}, {e});
+  step(g, "Div", Phase::forward, {a, e}, {d});    // saves a and e (= n)
+  step(g, "Gemm", Phase::forward, {d, w2, b2}, {logits});
+  finish(g, logits, {w, w2, b2}, "SGD");
+
+  PytorchMemoryEstimate e_ = predict_pytorch_memory(g, bare());
+  CHECK(e_.saved_bytes == 4096 + 512 + 4096 + 512 + 512);  // a, n, d, log_prob, total_weight
+  // Start: parameters 1024 + 40960 + 512, batch 4096 + 512 = 47104; + a 4096, n 512, no
+  // storage for e, d 4096; + logits 512 + the loss's three 512 blocks, then logits go.
+  CHECK(e_.end_forward_bytes == 47104 + 4096 + 512 + 4096 + 3 * 512);
+}

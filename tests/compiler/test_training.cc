@@ -64,6 +64,7 @@ TEST_CASE("unary rules keep exactly the tensors the table says") {
       {"Clip", {"grad/y", "h"}},        {"HardSigmoid", {"grad/y", "h"}},
       {"HardSwish", {"grad/y", "h"}},   {"Erf", {"grad/y", "h"}},
       {"Transpose", {"grad/y"}},        {"Cast", {"grad/y"}},
+      {"Exp", {"grad/y", "y"}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.op);
@@ -457,4 +458,28 @@ TEST_CASE("ScatterND: data and updates get gradients from the indices; integer M
   CHECK(find_step(ts.graph, "Mod").outputs.size() == 1);
   for (const Step& s : ts.graph.steps) CHECK(s.op != "ModGrad");
   CHECK(names(ts.graph, find_step(ts.graph, "GatherGrad").outputs) == Names{"grad/h"});
+}
+
+TEST_CASE("ReduceL2 keeps its input and result; Einsum each operand for the other's gradient") {
+  SUBCASE("ReduceL2 (torch's norm)") {
+    ModelBuilder b = with_h();
+    b.node("ReduceL2", "norm", {"h"}, {{"y", {2, 1}}}, {{"axes", ints_attr({1})}}).output("y");
+    auto ts = build(b);
+    CHECK(names(ts.graph, find_step(ts.graph, "ReduceL2Grad").inputs) == Names{"grad/y", "h", "y"});
+    CHECK(names(ts.graph, find_step(ts.graph, "ReduceL2Grad").outputs) == Names{"grad/h"});
+    CHECK(find_step(ts.graph, "ReduceL2").flops == doctest::Approx(2.0 * 16));
+  }
+  SUBCASE("Einsum, as a matrix product") {
+    ModelBuilder b = with_h();
+    b.param("W", {4, 8});
+    model::Attribute eq;
+    eq.kind = model::Attribute::Kind::s;
+    eq.s = "i j, k j -> i k";
+    b.node("Einsum", "es", {"h", "W"}, {{"y", {2, 4}}}, {{"equation", eq}}).output("y");
+    auto ts = build(b);
+    CHECK(names(ts.graph, find_step(ts.graph, "EinsumGrad").inputs) == Names{"grad/y", "W", "h"});
+    CHECK(names(ts.graph, find_step(ts.graph, "EinsumGrad").outputs) == Names{"grad/h", "grad/W"});
+    // i 2, j 8, k 4: 64 multiply-adds.
+    CHECK(find_step(ts.graph, "Einsum").flops == doctest::Approx(2.0 * 2 * 8 * 4));
+  }
 }

@@ -756,3 +756,58 @@ TEST_CASE("Mod and ScatterND: shapes and static evaluation (swin's shifted-windo
     CHECK(o.error().find("floating-point Mod needs fmod=1") != std::string::npos);
   }
 }
+
+TEST_CASE("Einsum, ReduceL2 and Exp: shapes; equations AutoVM does not plan are refused") {
+  OnnxBuilder b(17);
+  b.input("x", {-1, 3, 4, 5});
+  b.weight("v", {2, 3, 4, 6});
+  b.weight("w", {5, 7});
+  attr_s(b.node("Einsum", {"x", "x"}, {"scores"}), "equation", "B H I D, B H J D -> B H I J");
+  attr_s(b.node("Einsum", {"scores", "v"}, {"mixed"}), "equation", "bhij,bhjd->bhid");
+  attr_s(b.node("Einsum", {"x", "w"}, {"implicit"}), "equation", "bhid,de");  // -> behi (alphabetical)
+  attr_ints(b.node("ReduceL2", {"x"}, {"norm"}), "axes", {-1});
+  b.node("Exp", {"x"}, {"e"});
+  for (const char* o : {"mixed", "implicit", "norm", "e"}) b.output(o);
+  model::Model m = b.infer(2);
+  CHECK(shape_of(m, "scores") == Shape{2, 3, 4, 4});
+  CHECK(shape_of(m, "mixed") == Shape{2, 3, 4, 6});
+  CHECK(shape_of(m, "implicit") == Shape{2, 7, 3, 4});
+  CHECK(shape_of(m, "norm") == Shape{2, 3, 4, 1});
+  CHECK(shape_of(m, "e") == Shape{2, 3, 4, 5});
+
+  auto einsum_error = [](const std::string& equation, const std::vector<int64_t>& dims) {
+    OneOp o(17, "Einsum", dims, {"x"});
+    attr_s(*o.n, "equation", equation);
+    return error_of([&] { o.b.infer(2); });
+  };
+  SUBCASE("an ellipsis") {
+    auto [kind, message] = einsum_error("...ij,...jk->...ik", {-1, 4, 4});
+    CHECK(kind == ErrorKind::unsupported);
+    CHECK(message.find("node 'n' (Einsum): equation '...ij,...jk->...ik' uses an ellipsis") != std::string::npos);
+  }
+  SUBCASE("a diagonal") {
+    auto [kind, message] = einsum_error("bii,bij->bj", {-1, 4, 4});
+    CHECK(kind == ErrorKind::unsupported);
+    CHECK(message.find("repeats label 'i' within one operand") != std::string::npos);
+  }
+  SUBCASE("three operands") {
+    OneOp o(17, "Einsum", {-1, 4}, {"x", "x"});
+    attr_s(*o.n, "equation", "bi,bi,bi->b");
+    auto [kind, message] = error_of([&] { o.b.infer(2); });
+    CHECK(kind == ErrorKind::unsupported);
+    CHECK(message.find("has 3 operands; AutoVM plans Einsum of two") != std::string::npos);
+  }
+  SUBCASE("a label with two extents") {
+    auto [kind, message] = einsum_error("bij,bji->bi", {-1, 4, 5});
+    CHECK(kind == ErrorKind::invalid_model);
+    CHECK(message.find("equation 'bij,bji->bi' gives label 'j' extents 5 and 4") != std::string::npos);
+  }
+  SUBCASE("an output label no operand has, a term of the wrong rank") {
+    auto [kind, message] = einsum_error("bi,bi->bk", {-1, 4});
+    CHECK(kind == ErrorKind::invalid_model);
+    CHECK(message.find("has output label 'k', which no operand has") != std::string::npos);
+    auto [kind2, message2] = einsum_error("bij,bij->bi", {-1, 4});
+    CHECK(kind2 == ErrorKind::invalid_model);
+    CHECK(message2.find("names 3 axes for operand 0, which has rank 2") != std::string::npos);
+  }
+}
