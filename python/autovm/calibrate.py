@@ -94,6 +94,8 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
     saved = _Snapshot(model, optimizer)
     try:
         for n in range(1, attempts + 1):
+            if n > 1:
+                saved.restore()
             if executor == "runtime":
                 peak, oom, start = _measure_runtime(plan, model, optimizer, x, labels, device,
                                                     autocast=autocast, loss=loss, steps=steps)
@@ -101,7 +103,6 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
                 peak, oom, start = _measure(plan, model, optimizer, x, labels, budget,
                                             allowance, total, device, autocast=autocast,
                                             loss=loss, steps=steps)
-            saved.restore()
             tries.append({"margin_bytes": margin, "planned_budget_bytes": plan.budget_bytes,
                           "peak_bytes": peak, "out_of_memory": oom, **start})
             if oom is None and peak <= budget:
@@ -170,16 +171,12 @@ def _measure(plan, model, optimizer, x, labels, budget, allowance, total, device
     start = {"allocated_before_bytes": allocated, "reserved_before_bytes": allocated + held,
              "cap_bytes": cap}
     oom = None
-    model.train()
     torch.cuda.set_per_process_memory_fraction(cap / total, device)
-    peaks = []
     try:
         with attach(model, optimizer, plan, unrealized="ignore") as run:
             run.memory_trace = []  # where a step ran out; it resets the peak at each boundary
             try:
-                for _ in range(steps):
-                    _step(model, optimizer, x, labels, autocast, loss)
-                torch.cuda.synchronize(device)
+                _steps(model, optimizer, x, labels, autocast, loss, steps, device)
             except torch.cuda.OutOfMemoryError as e:  # the step's tensors are still held
                 trace = run.memory_trace
                 oom = {"allocated_bytes": torch.cuda.memory_allocated(device),
@@ -191,7 +188,6 @@ def _measure(plan, model, optimizer, x, labels, budget, allowance, total, device
             peaks = [e["peak"] for e in run.memory_trace]
             run.memory_trace = None
         optimizer.zero_grad(set_to_none=True)
-        torch.cuda.synchronize(device)
         return max(peaks + [torch.cuda.max_memory_allocated(device)]), oom, start
     finally:
         torch.cuda.set_per_process_memory_fraction(before, device)
@@ -209,14 +205,22 @@ def _measure_runtime(plan, model, optimizer, x, labels, device, *, autocast, los
     torch.cuda.synchronize(device)
     gc.collect()
     start = {"allocated_before_bytes": allocator.stats()["allocated_bytes"], "cap_bytes": None}
-    model.train()
     with attach(model, optimizer, plan, unrealized="ignore", executor="runtime") as run:
-        for _ in range(steps):
-            _step(model, optimizer, x, labels, autocast, loss)
-        torch.cuda.synchronize(device)
+        _steps(model, optimizer, x, labels, autocast, loss, steps, device)
         peak = run.runtime.stats()["peak_resident_bytes"]
     optimizer.zero_grad(set_to_none=True)
     return peak, None, start
+
+
+def _steps(model, optimizer, x, labels, autocast, loss, steps, device):
+    """`steps` training steps in training mode, finished on the device."""
+    import torch
+
+    model.train()
+    for _ in range(steps):
+        _step(model, optimizer, x, labels, autocast, loss)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _step(model, optimizer, x, labels, autocast, loss):
@@ -294,9 +298,6 @@ class _Snapshot:
             "param_groups": copy.deepcopy(sd["param_groups"])}
         self.cpu_rng = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-        for p, _ in self.grads:
-            p.grad = None
-        model.train()
 
     def restore(self):
         torch = self.torch

@@ -253,6 +253,7 @@ class Plan:
     what it took off before planning (budget_bytes + pytorch_margin_bytes); for a plan loaded
     from a file, give them to load_plan() (default: budget_bytes and 0).
     data_parallel: options.data_parallel (autovm-plan --data-parallel) or None.
+    calibration: what autovm.plan()'s calibration measured (autovm/calibrate.py), or None.
     """
 
     def __init__(self, path, lib=None):
@@ -272,6 +273,7 @@ class Plan:
         self.modelled_margin_bytes = pytorch_margin(doc)
         self.requested_budget_bytes = self.budget_bytes
         self.pytorch_margin_bytes = 0
+        self.calibration = None
         self.data_parallel = self.options.get("data_parallel")
         self.shapes = {}
         for t in doc.get("tensors", []):

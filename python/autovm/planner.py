@@ -4,11 +4,9 @@ import copy
 import inspect
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import warnings
-import weakref
 
 from . import _lib, locate
 from . import calibrate as calibration
@@ -221,12 +219,18 @@ def active_autocast():
     return None
 
 
-def _autocast_args(autocast, flags):
-    """autovm-plan's --autocast for plan(autocast=...): None (the autocast plan() is called in,
-    if any), False (fp32), 'bf16' or 'fp16'."""
+def _autocast_mode(autocast):
+    """plan(autocast=...) resolved: None (the autocast plan() is called in, if any), False
+    (fp32: None), 'bf16' or 'fp16' (other values are left for _autocast_args to refuse)."""
     if autocast is None:
         autocast = active_autocast()
-    if autocast is False or autocast is None:
+    return autocast or None
+
+
+def _autocast_args(autocast, flags):
+    """autovm-plan's --autocast for a resolved plan(autocast=...) (_autocast_mode): None
+    (fp32), 'bf16' or 'fp16'."""
+    if autocast is None:
         return []
     if autocast not in AUTOCAST:
         raise ValueError(f"autocast: None, False, 'bf16' or 'fp16' (torch.autocast's "
@@ -333,7 +337,8 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     batch = int(x.shape[0])
     flags = planner_flags(exe)
     # Checked before the slow export.
-    chosen = _recompute_args(recompute, flags) + _autocast_args(autocast, flags)
+    mode = _autocast_mode(autocast)
+    chosen = _recompute_args(recompute, flags) + _autocast_args(mode, flags)
     chosen += _loss_args(loss, flags)
     b = format_budget(budget)
     requested, margin = None, 0
@@ -341,19 +346,16 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
         requested = parse_size(b)
     if calibrate not in ("auto", True, False):
         raise ValueError(f"calibrate: 'auto', True or False, not {calibrate!r}")
-    calibrating = calibration.wanted(model, x, requested, executor, data_parallel)
-    if calibrate is True and not calibrating:
+    can_calibrate = calibration.wanted(model, x, requested, executor, data_parallel)
+    if calibrate is True and not can_calibrate:
         raise ValueError("calibrate=True needs a budget in bytes, no data_parallel, the model "
                          "and example batch on a CUDA GPU, and for executor='runtime' "
                          "autovm.allocator installed on managed memory")
-    calibrating = calibrating and calibrate is not False
-    tmp = tempfile.mkdtemp(prefix="autovm-")
+    # Removed when the Plan that keeps it goes, or at once when planning fails.
+    folder = tempfile.TemporaryDirectory(prefix="autovm-")
+    tmp = folder.name
     onnx_path = keep_onnx or os.path.join(tmp, "model.onnx")
-    try:
-        export_onnx(model, x, onnx_path, opset=opset)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    export_onnx(model, x, onnx_path, opset=opset)
     out = os.path.abspath(out) if out else os.path.join(tmp, "plan.json")
     args = [exe, onnx_path, "--batch", str(batch), "--optimizer", kind] + chosen
     args += ["--memory-model", "pytorch", "--quiet"]
@@ -408,32 +410,19 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
         p = Plan(out, lib=lib)
         p.requested_budget_bytes = requested if requested is not None else p.budget_bytes
         p.pytorch_margin_bytes = margin
-        p.calibration = None
         return p
 
     try:
         p = planned(margin)
-        if calibrating:
+        if can_calibrate and calibrate is not False:
             p = calibration.fit(p, planned, model, example_batch, optimizer, requested,
-                                autocast=_autocast_mode(autocast), loss=loss,
-                                executor=executor)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+                                autocast=mode, loss=loss, executor=executor)
     finally:
         with contextlib.suppress(OSError):
             if not keep_onnx:
                 os.remove(onnx_path)
-    # The temporary folder holds the plan file (when `out` is not given) for the Plan's life.
-    weakref.finalize(p, shutil.rmtree, tmp, True)
+    p._folder = folder  # holds the plan file when `out` is not given
     return p
-
-
-def _autocast_mode(autocast):
-    """plan(autocast=...) resolved: 'bf16', 'fp16' or None (fp32)."""
-    if autocast is None:
-        autocast = active_autocast()
-    return autocast or None
 
 
 def _json_file(value, tmp, name):

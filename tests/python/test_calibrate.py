@@ -35,8 +35,7 @@ x, y = batch(4, 32, 5)
 
 def calibration_steps(model, opt, steps=2, loss="cross-entropy", labels=None):
     s = calibrate._Snapshot(model, opt)
-    for _ in range(steps):
-        calibrate._step(model, opt, x, labels, None, loss)
+    calibrate._steps(model, opt, x, labels, None, loss, steps, x.device)
     s.restore()
 
 
@@ -90,7 +89,7 @@ def _():
     opt = momentum(unet)
     for loss in ("cross-entropy", "mse", "external"):
         s = calibrate._Snapshot(unet, opt)
-        calibrate._step(unet, opt, xs, None, None, loss)
+        calibrate._steps(unet, opt, xs, None, None, loss, 1, xs.device)
         s.restore()
     changed = [k for k, v in unet.state_dict().items() if not same(v, before[k])]
     return f"{changed} not restored" if changed else ""

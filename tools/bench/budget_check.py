@@ -132,7 +132,7 @@ def run(cfg, n, lib, executor="copy"):
     row["planned_budget_bytes"] = plan.budget_bytes
     row["prediction"] = plan.prediction
     peak = read_peak(executor)
-    reference, ropt = copy.deepcopy(model), None
+    reference = copy.deepcopy(model)
     reference.load_state_dict(start)
     ropt = torch.optim.SGD(reference.parameters(), lr=0.01, momentum=0.9)
     plain_losses, _ = steps(reference, ropt, x, y, n)

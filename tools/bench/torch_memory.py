@@ -192,11 +192,8 @@ def run_config(name, batch, args, device, trace=False):
            "inception_aux": bool(args.inception_aux and name == "inception_v3")}
     t0 = time.perf_counter()
     if cuda:
-        # As in a fresh process: the cuBLAS workspaces an earlier model left are released.
-        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-        if clear is not None:
-            clear()
-        torch.cuda.empty_cache()
+        from autocast_peak import release_library_workspaces
+        release_library_workspaces()  # as in a fresh process: an earlier model's are released
         torch.cuda.reset_peak_memory_stats()
         rec["allocated_at_start"] = torch.cuda.memory_allocated()
     base = torch.cuda.memory_allocated() if cuda else 0
