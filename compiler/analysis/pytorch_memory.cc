@@ -68,6 +68,8 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
+#include <unordered_map>
 
 #include "training/gradient_rules.h"
 
@@ -160,7 +162,7 @@ class Replay {
   void backward_step(size_t k);
   void save(size_t k, TensorId t);
   void deliver(TensorId t, Grad gr);
-  int64_t conv_workspace(const Step& s) const;
+  int64_t conv_workspace(const Step& s, bool backward) const;
 
   const TrainingGraph& g_;
   const PytorchMemoryOptions& o_;
@@ -171,6 +173,7 @@ class Replay {
   std::vector<int> handle_;            // storage of an activation, by rep (-1: persistent)
   std::vector<std::optional<Grad>> grad_;  // pending gradient of an activation
   std::vector<bool> has_param_grad_;
+  std::unordered_map<std::string, int64_t> grad_workspace_;  // by node: its backward step's
 
   std::vector<StepIndex> forward_;     // forward steps that run in PyTorch, in order
   std::vector<bool> node_;             // by position in forward_: autograd records a node
@@ -214,6 +217,8 @@ void Replay::prepare() {
   }
   for (const Tensor& t : g_.tensors)
     if (t.kind == TensorKind::parameter) requires_grad_[size_t(t.id)] = true;
+  for (const Step& s : g_.steps)
+    if (s.phase == Phase::backward && s.workspace != kNoTensor) grad_workspace_[s.node] = T(s.workspace).bytes;
   node_.assign(forward_.size(), false);
   saved_.assign(forward_.size(), {});
   for (size_t k = 0; k < forward_.size(); ++k) {
@@ -245,7 +250,12 @@ void Replay::prepare() {
   }
 }
 
-int64_t Replay::conv_workspace(const Step& s) const {
+int64_t Replay::conv_workspace(const Step& s, bool backward) const {
+  if (o_.conv_workspace_of_graph) {
+    if (!backward) return s.workspace == kNoTensor ? 0 : T(s.workspace).bytes;
+    auto it = grad_workspace_.find(s.node);
+    return it == grad_workspace_.end() ? 0 : it->second;
+  }
   // Over the output grid for Conv (weight [Cout, ...]); over the input grid for ConvTranspose,
   // whose weight is [Cin, ...] (col2im): grid elements / channels x weight elements / channels.
   TensorId w = in(s, 1), grid = s.op == "ConvTranspose" ? in(s, 0) : out(s, 0);
@@ -285,7 +295,7 @@ void Replay::forward_step(size_t k) {
   if (op == "MaxPool" && node_[k] && s.outputs.size() < 2 && y != kNoTensor)
     indices = a_.alloc(element_count(T(y).shape) * element_size(DType::i64));
   const bool conv = op == "Conv" || op == "ConvTranspose";
-  if (conv) a_.transient(conv_workspace(s));
+  if (conv) a_.transient(conv_workspace(s, false));
 
   // Autocast's weight cache holds a parameter's low-precision copy to the end of forward.
   if (op == "Cast" && x != kNoTensor && T(x).kind == TensorKind::parameter && is_activation(y)) {
@@ -431,7 +441,7 @@ void Replay::backward_step(size_t k) {
   if ((conv || op == "BatchNormalization") && incoming[0].view) copy = a_.alloc(T(y).bytes);
 
   if (conv) {
-    int64_t ws = conv_workspace(s);
+    int64_t ws = conv_workspace(s, true);
     make(x);
     if (rg(x)) a_.transient(ws);
     make(in(s, 1));

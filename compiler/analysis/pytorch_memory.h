@@ -45,6 +45,9 @@ struct PytorchMemoryOptions {
   // backward filter): this fraction of the im2col matrix of the batch, at most `cap`.
   double conv_workspace_fraction = 0.0;
   int64_t conv_workspace_cap = int64_t(0);
+  // Instead: each convolution's workspace tensors in the graph, forward and backward, which
+  // hold what was measured (autovm-plan --conv-workspaces: training/conv_workspaces.h).
+  bool conv_workspace_of_graph = false;
 };
 
 struct PytorchMemoryEstimate {

@@ -57,6 +57,10 @@ options:
                         (JSON: {"step_bytes": [...]} or {"by_node": {...}}, e.g. from the
                         PyTorch adapter's memory trace), planned as part of each step's
                         workspace
+  --conv-workspaces FILE
+                        convolution workspaces measured on the trainer's GPU, planned in
+                        place of the estimate for the convolutions they match (JSON:
+                        {"convolutions": [...]}, as autovm.conv_workspaces writes it)
   --no-recompute        move tensors only; never plan recomputation
   --recompute-ops OPS   recompute chains run only these ONNX ops (comma-separated, e.g.
                         'BatchNormalization,Relu,MaxPool' for a trainer that can replay
@@ -278,6 +282,8 @@ Args parse_args(int argc, char** argv, bool& done) {
       if (a.output.empty())
         usage_error(fmt::format("{} needs a file name, not ''; leave it out (or write '-') for "
                                 "standard output", arg));
+    } else if (arg == "--conv-workspaces") {
+      a.options.conv_workspaces_file = value();
     } else if (arg == "--workspace-limit") {
       a.options.conv_workspace_limit = autovm::parse_size(value(), true);
     } else if (arg == "--memory-model") {
@@ -375,7 +381,11 @@ int run(int argc, char** argv, const Heap& heap) {
   // The model is not freed either (make_plan_keeping_model).
   auto& model = *new autovm::model::Model;
   autovm::Plan& plan = *new autovm::Plan(autovm::make_plan_keeping_model(a.model, a.options, model));
-  if (a.pytorch_memory) plan.pytorch_memory = autovm::predict_pytorch_memory(plan.training.graph);
+  if (a.pytorch_memory) {
+    autovm::PytorchMemoryOptions pm;
+    pm.conv_workspace_of_graph = !a.options.conv_workspaces_file.empty();
+    plan.pytorch_memory = autovm::predict_pytorch_memory(plan.training.graph, pm);
+  }
   if (!a.quiet) std::fputs(autovm::plan_summary(plan).c_str(), stderr);
   if (plan.bound_terms) std::fputs(autovm::bound_explanation(plan).c_str(), stderr);
   autovm::PassTimer timer;

@@ -22,6 +22,7 @@
 #include "plan/gaps.h"
 #include "plan/search.h"
 #include "plan/simulator.h"
+#include "plan/workspace_fit.h"
 #include "util/error.h"
 #include "util/parallel.h"
 #include "util/pass_timer.h"
@@ -185,6 +186,8 @@ Plan plan_model(model::Model& m, const PlanOptions& options, bool shapes_known) 
   training::TrainingOptions topts;
   topts.optimizer = options.optimizer;
   topts.conv_workspace_limit = options.conv_workspace_limit;
+  if (!options.conv_workspaces_file.empty())
+    topts.conv_workspaces = training::ConvWorkspaceTable::load(options.conv_workspaces_file);
   topts.data_parallel = options.data_parallel;
   topts.pool_indices = options.pool_indices;
   topts.loss = options.loss;
@@ -197,6 +200,9 @@ Plan plan_model(model::Model& m, const PlanOptions& options, bool shapes_known) 
   }
   plan.lifetimes = compute_lifetimes(plan.training.graph);
   timer.done("compute_lifetimes");
+  if (!options.minimum_budget && options.budget_bytes > 0 &&
+      options.budget_bytes < std::numeric_limits<int64_t>::max())
+    fit_measured_workspaces(plan.training, plan.lifetimes, options.budget_bytes, options.movable);
   // The arena's layout depends on the lifetimes only, and nothing until the plan is written
   // reads it: on a large graph it is computed on a second core beside the timeline and the swap
   // planning (same result: the layout is a pure function of its inputs).

@@ -118,6 +118,11 @@ void write_plan_json(const Plan& plan, const std::function<void(std::string_view
   w.key("batch").value(m.batch);
   w.key("optimizer").value(training::name(o.optimizer));
   w.key("conv_workspace_limit_bytes").value(o.conv_workspace_limit);
+  if (!o.conv_workspaces_file.empty())  // --conv-workspaces: how many convolutions matched
+  {
+    w.key("conv_workspaces_measured").value(plan.training.conv_workspaces_measured);
+    w.key("conv_workspaces_cut").value(plan.training.conv_workspaces_cut);
+  }
   w.key("alignment_bytes").value(o.alignment);
   w.key("device").value(plan.device);
   w.key("mechanism").value(plan.mechanism);

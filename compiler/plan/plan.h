@@ -36,6 +36,7 @@ struct PlanOptions {
   std::string mechanism;             // "" : the profile's default
   std::string step_times_file;       // measured step times overriding the cost model
   std::string reserve_file;          // --reserve: memory the trainer holds beyond the graph
+  std::string conv_workspaces_file;  // --conv-workspaces: measured convolution workspaces
   bool allow_recompute = true;
   RecomputeOps recompute_ops;        // --recompute-ops: ops a recompute chain may run (default all)
   MovableKinds movable;              // --movable: kinds the plan may take off the GPU (default all)

@@ -87,9 +87,11 @@ std::vector<TensorId> append_backward(const model::Model& m, const ForwardPass& 
       partials.push_back(g.add_tensor(std::move(name), kind, target.dtype, Shape(target.shape)));
     }
     TensorId workspace = kNoTensor;
-    if (rec->workspace_bytes > 0)
+    if (rec->backward_workspace_bytes > 0)
       workspace = g.add_tensor(node.name + "/grad_workspace", TensorKind::workspace, DType::u8,
-                               Shape{rec->workspace_bytes});
+                               Shape{rec->backward_workspace_bytes});
+    if (workspace != kNoTensor && rec->estimated_workspace_bytes >= 0)
+      ts.measured_workspaces.push_back({workspace, rec->estimated_workspace_bytes});
     double flops = rule.backward_flops_factor * g.step(rec->step).flops;
     add_step(g, std::string(rule.op) + "Grad", Phase::backward, node.name, std::move(inputs),
              partials, flops, workspace);

@@ -263,13 +263,26 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
         step_inputs.push_back(t);
     TensorId workspace = kNoTensor;
     if (n.op == "Conv" || n.op == "ConvTranspose") {
-      rec.workspace_bytes = conv_workspace_bytes(m, n, o.conv_workspace_limit);
+      const DType compute = autocast_out != DType::undefined
+                                ? autocast_out
+                                : m.values[static_cast<size_t>(n.inputs[0])].dtype;
+      int64_t estimate = conv_workspace_bytes(m, n, o.conv_workspace_limit);
       // The estimate is in the model's dtype (f32); a capped one stays at the cap.
-      if (autocast_out != DType::undefined && rec.workspace_bytes < o.conv_workspace_limit)
-        rec.workspace_bytes = rec.workspace_bytes / element_size(DType::f32) * element_size(autocast_out);
-      if (rec.workspace_bytes > 0)
+      if (autocast_out != DType::undefined && estimate < o.conv_workspace_limit)
+        estimate = estimate / element_size(DType::f32) * element_size(autocast_out);
+      rec.workspace_bytes = rec.backward_workspace_bytes = estimate;
+      if (auto measured = o.conv_workspaces.find(m, n, compute)) {
+        rec.workspace_bytes = measured->forward_bytes;
+        rec.backward_workspace_bytes = measured->backward_bytes;
+        rec.estimated_workspace_bytes = estimate;
+        ++ts.conv_workspaces_measured;
+      }
+      if (rec.workspace_bytes > 0) {
         workspace = add(n.name + "/workspace", TensorKind::workspace, DType::u8,
                         Shape{rec.workspace_bytes}, false);
+        if (rec.estimated_workspace_bytes >= 0)
+          ts.measured_workspaces.push_back({workspace, rec.estimated_workspace_bytes});
+      }
     }
     rec.step = add_step(g, n.op, Phase::forward, n.name, std::move(step_inputs),
                         std::move(step_outputs), forward_flops(m, n), workspace)

@@ -17,7 +17,9 @@ struct ForwardRecord {
   int node = -1;                     // index into model.nodes
   std::vector<TensorId> inputs;      // by input number; kNoTensor where not a tensor
   std::vector<TensorId> outputs;     // by the rule's output layout (see gradient_rules.h)
-  int64_t workspace_bytes = 0;       // of the forward step; backward reuses the estimate
+  int64_t workspace_bytes = 0;          // of the forward step
+  int64_t backward_workspace_bytes = 0; // of its backward step (the estimate's: the same)
+  int64_t estimated_workspace_bytes = -1;  // >= 0: the two above were measured; the estimate
 };
 
 struct ForwardPass {

@@ -19,6 +19,7 @@
 #include "ir/graph.h"
 #include "model/model.h"
 #include "training/autocast.h"
+#include "training/conv_workspaces.h"
 
 namespace autovm::training {
 
@@ -66,6 +67,9 @@ struct DataParallelOptions {
 struct TrainingOptions {
   Optimizer optimizer = Optimizer::sgd;
   int64_t conv_workspace_limit = int64_t(256) << 20;  // see training/cost.h
+  // Measured workspaces (autovm-plan --conv-workspaces), in place of the estimate for the
+  // convolutions they match.
+  ConvWorkspaceTable conv_workspaces;
   DataParallelOptions data_parallel;
   // Max pooling keeps the int64 positions of its maxima (an "Indices" output of the output's
   // shape, named "<node>/indices" when the model has none) and its backward reads them and
@@ -88,6 +92,14 @@ struct TrainingStep {
   std::vector<Shape> output_shapes;
   TensorId logits = kNoTensor;  // outputs[0]
   Shape logits_shape;           // output_shapes[0]: [batch, classes] for a classifier
+  int conv_workspaces_measured = 0;  // convolutions whose workspaces TrainingOptions' table gave
+  // Their workspace tensors (forward and backward), each with the estimate it replaced.
+  struct MeasuredWorkspace {
+    TensorId tensor = kNoTensor;
+    int64_t estimate_bytes = 0;
+  };
+  std::vector<MeasuredWorkspace> measured_workspaces;
+  int conv_workspaces_cut = 0;  // of those, cut to fit the budget (plan/workspace_fit.h)
   TensorId label = kNoTensor;   // the first term's labels or target
   TensorId loss = kNoTensor;    // the first term's scalar loss
   Loss loss_kind = Loss::cross_entropy;

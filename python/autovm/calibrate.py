@@ -16,6 +16,11 @@ afterwards, without the cap, allocates as the calibration did. The budget bounds
 allocates (torch.cuda.max_memory_allocated); reserved memory also holds the free parts of
 segments in use, so the cap is the budget, plus what was reserved beyond the allocated when
 the steps start, plus an allowance for fragmentation (FRAGMENTATION of the budget at first).
+When plan() gives the plan the convolutions' measured workspaces (conv_workspaces.py), the
+steps run without the cap: the fast algorithms' workspaces are in the plan, and a cap would
+only make cuDNN pass them over for slow ones the moment fragmentation leaves one short. Where
+autovm-plan had to cut a measured workspace to fit the budget (options.conv_workspaces_cut),
+the cap stays, so that cuDNN takes the fastest algorithm that fits there.
 A try ends one of three ways:
   - the steps run and their allocated peak is within the budget: the plan holds;
   - the peak passes the budget, or an allocation fails with what was allocated plus the
@@ -74,10 +79,11 @@ def requested_bytes(message):
 
 
 def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
-        loss="cross-entropy", executor="copy", steps=2, attempts=6):
+        loss="cross-entropy", executor="copy", steps=2, attempts=6, capped=True):
     """The first plan (of replan(margin), starting from `plan`) whose `steps` training steps
-    run within `budget` bytes. replan(margin) plans under budget - margin. The plan returned
-    has .calibration: {"plans", "peak_bytes", "margin_bytes", "tries": [...]}."""
+    run within `budget` bytes. replan(margin) plans under budget - margin. capped=False: the
+    copy path's steps run without the cap (the plan has the convolutions' measured
+    workspaces, so cuDNN's choice need not be bounded). The plan returned has .calibration: {"plans", "peak_bytes", "margin_bytes", "tries": [...]}."""
     import torch
 
     from .planner import example_input
@@ -101,8 +107,9 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
                                                     autocast=autocast, loss=loss, steps=steps)
             else:
                 peak, oom, start = _measure(plan, model, optimizer, x, labels, budget,
-                                            allowance, total, device, autocast=autocast,
-                                            loss=loss, steps=steps)
+                                            allowance if capped or _cut(plan) else None,
+                                            total, device,
+                                            autocast=autocast, loss=loss, steps=steps)
             tries.append({"margin_bytes": margin, "planned_budget_bytes": plan.budget_bytes,
                           "peak_bytes": peak, "out_of_memory": oom, **start})
             if oom is None and peak <= budget:
@@ -137,6 +144,12 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
             torch.cuda.empty_cache()
 
 
+def _cut(plan):
+    """Whether autovm-plan cut a measured workspace to fit the budget: cuDNN must then be
+    capped into an algorithm whose workspace fits there."""
+    return bool((plan.options or {}).get("conv_workspaces_cut", 0))
+
+
 def _tries(tries):
     """The tries of fit() in a line: each plan's budget and where PyTorch ran out."""
     out = []
@@ -153,8 +166,9 @@ def _tries(tries):
 def _measure(plan, model, optimizer, x, labels, budget, allowance, total, device, *,
              autocast, loss, steps):
     """Peak bytes of `steps` training steps under `plan` with the allocator capped (the
-    module's docstring says at what); None, or the out-of-memory figures of the allocation
-    that failed; and the allocator's figures at the start, with the cap."""
+    module's docstring says at what; allowance None: not capped); None, or the out-of-memory
+    figures of the allocation that failed; and the allocator's figures at the start, with
+    the cap."""
     import torch
 
     from .adapter import attach
@@ -167,11 +181,12 @@ def _measure(plan, model, optimizer, x, labels, budget, allowance, total, device
     torch.cuda.reset_peak_memory_stats(device)
     allocated = torch.cuda.memory_allocated(device)
     held = torch.cuda.memory_reserved(device) - allocated
-    cap = min(total, budget + held + allowance)
+    cap = total if allowance is None else min(total, budget + held + allowance)
     start = {"allocated_before_bytes": allocated, "reserved_before_bytes": allocated + held,
              "cap_bytes": cap}
     oom = None
-    torch.cuda.set_per_process_memory_fraction(cap / total, device)
+    if allowance is not None:
+        torch.cuda.set_per_process_memory_fraction(cap / total, device)
     try:
         with attach(model, optimizer, plan, unrealized="ignore") as run:
             run.memory_trace = []  # where a step ran out; it resets the peak at each boundary
@@ -190,7 +205,8 @@ def _measure(plan, model, optimizer, x, labels, budget, allowance, total, device
         optimizer.zero_grad(set_to_none=True)
         return max(peaks + [torch.cuda.max_memory_allocated(device)]), oom, start
     finally:
-        torch.cuda.set_per_process_memory_fraction(before, device)
+        if allowance is not None:
+            torch.cuda.set_per_process_memory_fraction(before, device)
 
 
 def _measure_runtime(plan, model, optimizer, x, labels, device, *, autocast, loss, steps):

@@ -274,6 +274,7 @@ class Plan:
         self.requested_budget_bytes = self.budget_bytes
         self.pytorch_margin_bytes = 0
         self.calibration = None
+        self.conv_workspaces = None
         self.data_parallel = self.options.get("data_parallel")
         self.shapes = {}
         for t in doc.get("tensors", []):

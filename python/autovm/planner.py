@@ -266,7 +266,7 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
          planner=None, lib=None, opset=17, extra_args=(), keep_onnx=None, movable=_BY_EXECUTOR,
          pytorch_margin=True, data_parallel=False, bucket_mb=None, reserve=None,
          recompute=False, step_times=None, autocast=None, loss="cross-entropy",
-         executor="copy", calibrate="auto"):
+         executor="copy", calibrate="auto", conv_workspaces="auto"):
     """Exports `model`, plans its training step with autovm-plan and loads the plan.
 
     budget: '8GB', '7.5GiB', a number of bytes, 'min', or None (no limit): what PyTorch may
@@ -317,10 +317,18 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     where it cannot run; False: never. The example batch's labels are used when it is
     (input, labels).
 
+    conv_workspaces: "auto" (default): when the calibration runs, measure each convolution's
+    cuDNN workspace on this GPU first (autovm/conv_workspaces.py) and plan it (autovm-plan
+    --conv-workspaces), so that cuDNN keeps its fast algorithms; the calibration then runs
+    without a cap. Should no plan hold with them, the model is planned again with the
+    estimate (and a RuntimeWarning says convolutions may run slower algorithms). A dict
+    ({"convolutions": [...]}) or a JSON file's path: use it as it is; None: the estimate.
+
     The Plan returned has requested_budget_bytes (the budget asked for) and
     pytorch_margin_bytes (what was taken off it); budget_bytes is what autovm-plan planned for;
     calibration: what the calibration measured ({"plans", "peak_bytes", "margin_bytes",
-    "tries"}), or None when it did not run.
+    "tries"}), or None when it did not run; conv_workspaces: the measured workspaces the plan
+    was made with ({"convolutions": [...], ...}), or None for the estimate.
     """
     if executor not in EXECUTOR_MOVABLE:
         raise ValueError(f"executor must be one of {', '.join(map(repr, EXECUTOR_MOVABLE))}, "
@@ -351,6 +359,10 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
         raise ValueError("calibrate=True needs a budget in bytes, no data_parallel, the model "
                          "and example batch on a CUDA GPU, and for executor='runtime' "
                          "autovm.allocator installed on managed memory")
+    calibrating = can_calibrate and calibrate is not False
+    workspaces = _conv_workspaces(conv_workspaces, calibrating, model, x, mode)
+    if workspaces is not None and "--conv-workspaces" not in flags:
+        raise ToolNotFoundError(f"{exe} has no --conv-workspaces option: rebuild autovm-plan")
     # Removed when the Plan that keeps it goes, or at once when planning fails.
     folder = tempfile.TemporaryDirectory(prefix="autovm-")
     tmp = folder.name
@@ -391,38 +403,89 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     if step_times is not None:
         args += ["--step-times", _json_file(step_times, tmp, "step-times.json")]
     args += list(extra_args)
-    if requested is not None and pytorch_margin:
-        # The modelled extra does not depend on the budget: one plan without a budget has it.
-        free = os.path.join(tmp, "no-budget.json")
-        _run(args + ["-o", free])
-        with open(free, "rb") as f:
-            margin = pytorch_margin_of(json.load(f)) or 0
-        os.remove(free)
 
-    def planned(margin):
-        if requested is not None and requested - margin <= 0:
-            raise PlannerError(
-                f"the budget {requested} B is below PyTorch's modelled extra memory over the "
-                f"plan's training graph ({margin} B): no plan can keep PyTorch within it",
-                exit_code=6)
-        under = f"{requested - margin}B" if requested is not None else b
-        _run(args + (["--budget", under] if under is not None else []) + ["-o", out])
-        p = Plan(out, lib=lib)
-        p.requested_budget_bytes = requested if requested is not None else p.budget_bytes
-        p.pytorch_margin_bytes = margin
+    def solve(base, measured):
+        """The plan of `base` (the arguments so far), calibrated when it is to be; measured:
+        base plans the measured workspaces."""
+        margin = 0
+        if requested is not None and pytorch_margin:
+            # The modelled extra does not depend on the budget: one plan without one has it.
+            free = os.path.join(tmp, "no-budget.json")
+            _run(base + ["-o", free])
+            with open(free, "rb") as f:
+                margin = pytorch_margin_of(json.load(f)) or 0
+            os.remove(free)
+
+        def planned(margin):
+            if requested is not None and requested - margin <= 0:
+                raise PlannerError(
+                    f"the budget {requested} B is below PyTorch's modelled extra memory over "
+                    f"the plan's training graph ({margin} B): no plan can keep PyTorch within "
+                    f"it", exit_code=6)
+            under = f"{requested - margin}B" if requested is not None else b
+            _run(base + (["--budget", under] if under is not None else []) + ["-o", out])
+            p = Plan(out, lib=lib)
+            p.requested_budget_bytes = requested if requested is not None else p.budget_bytes
+            p.pytorch_margin_bytes = margin
+            return p
+
+        p = planned(margin)
+        if calibrating:
+            # Measured workspaces are planned: cuDNN's fast algorithms fit, and no cap is
+            # needed to keep it to ones that do (calibrate.py).
+            p = calibration.fit(p, planned, model, example_batch, optimizer, requested,
+                                autocast=mode, loss=loss, executor=executor,
+                                capped=not measured)
         return p
 
     try:
-        p = planned(margin)
-        if can_calibrate and calibrate is not False:
-            p = calibration.fit(p, planned, model, example_batch, optimizer, requested,
-                                autocast=mode, loss=loss, executor=executor)
+        if workspaces is None:
+            p = solve(args, False)
+        else:
+            try:
+                p = solve(args + ["--conv-workspaces",
+                                  _json_file(workspaces, tmp, "conv-workspaces.json")], True)
+                p.conv_workspaces = workspaces
+            except PlannerError as e:
+                if e.exit_code != 6:
+                    raise
+                warnings.warn(f"no plan holds the budget with the convolutions' measured "
+                              f"workspaces ({str(e)[:300]}); planned with the estimate, so "
+                              f"cuDNN may run slower convolution algorithms", RuntimeWarning,
+                              stacklevel=2)
+                p = solve(args, False)
     finally:
         with contextlib.suppress(OSError):
             if not keep_onnx:
                 os.remove(onnx_path)
     p._folder = folder  # holds the plan file when `out` is not given
     return p
+
+
+def _conv_workspaces(value, calibrating, model, x, autocast):
+    """plan()'s conv_workspaces: the table to plan with, or None for the estimate."""
+    from . import conv_workspaces as measured
+
+    if value is None or value is False:
+        return None
+    if isinstance(value, (str, os.PathLike)) and value != "auto":
+        if not os.path.isfile(value):
+            raise ValueError(f"conv_workspaces: 'auto', None, a dict or a JSON file's path; "
+                             f"{os.fspath(value)!r} is no file")
+        with open(value) as f:
+            value = json.load(f)
+    if isinstance(value, dict):
+        if not isinstance(value.get("convolutions"), list):
+            raise ValueError('conv_workspaces: a dict {"convolutions": [...]} (as '
+                             'autovm.conv_workspaces.measure returns it)')
+        return value
+    if value != "auto":
+        raise ValueError(f"conv_workspaces: 'auto', None, a dict or a JSON file's path, "
+                         f"not {value!r}")
+    if not calibrating:
+        return None
+    table = measured.measure(model, x, autocast)
+    return table if table["convolutions"] else None
 
 
 def _json_file(value, tmp, name):

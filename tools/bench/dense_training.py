@@ -419,7 +419,8 @@ def make_plan(ctx, spec, master, x, y, budget, recompute):
     model = copy.deepcopy(master).to(ctx.device)
     opt = pytorch_compare.make_optimizer(model)
     kw = dict(planner=args.planner, lib=args.lib, recompute=recompute, loss="cross-entropy",
-              autocast="bf16" if ctx.autocast is not None else False)
+              autocast="bf16" if ctx.autocast is not None else False,
+              calibrate={"auto": "auto", "off": False}[args.calibrate])
     try:
         return autovm.plan(model, (x, y), opt, budget=budget, **kw)
     finally:
@@ -486,7 +487,10 @@ def run_config(ctx, name, spec, config, master, data, peaks, plain, row):
                    prediction=plan.prediction,
                    predicted_step_ms=plan.prediction.get("step_time_us", 0) / 1e3 or None,
                    planned_actions={f"{k[0]} {k[1]}": v
-                                    for k, v in sorted(plan.action_counts().items())})
+                                    for k, v in sorted(plan.action_counts().items())},
+                   conv_workspaces_measured=len((getattr(plan, "conv_workspaces", None)
+                                                 or {}).get("convolutions", [])),
+                   calibration=plan.calibration)
         isolate(ctx)
     model = copy.deepcopy(master).to(ctx.device)
     opt = pytorch_compare.make_optimizer(model)
@@ -593,6 +597,7 @@ def meta(ctx):
          "warmup": ctx.args.warmup, "steps": ctx.args.steps, "smoke": ctx.smoke,
          "autocast": "bf16" if ctx.autocast is not None else None,
          "cudnn_deterministic": True, "cudnn_benchmark": False,
+         "calibrate": ctx.args.calibrate,
          "planner": ctx.args.planner, "lib": ctx.args.lib}
     if ctx.cuda:
         m["device"] = torch.cuda.get_device_name(0)
@@ -717,6 +722,9 @@ def main():
                     "the AutoVM ones need their budgets' baselines in this run or --baseline")
     ap.add_argument("--recompute", choices=("both", "no", "yes"), default="both",
                     help="AutoVM variants: moving only (no), recomputing (yes) or both")
+    ap.add_argument("--calibrate", choices=("auto", "off"), default="auto",
+                    help="autovm.plan()'s calibration: its default (auto), or off (the "
+                         "modelled margin alone)")
     ap.add_argument("--baseline", metavar="JSON", help="an earlier --out of this script: its "
                     "plain, save_on_cpu and checkpoint rows give the peaks and losses")
     ap.add_argument("--batch", default="", metavar="MODEL=N,...", help="override batches")

@@ -1,0 +1,59 @@
+// Contract: convolution workspaces measured on the trainer's GPU (autovm-plan
+// --conv-workspaces FILE), which replace the estimate of training/cost.h.
+//
+// cuDNN chooses a convolution's algorithm the first time it runs, by the memory free then: the
+// fast algorithms take scratch memory of up to several times the convolution's output, and
+// one whose workspace cannot be allocated is passed over for a slower one, which PyTorch then
+// keeps for the rest of the process. A plan that leaves each convolution the workspace of the
+// algorithm chosen with memory to spare keeps it at full speed; docs/conv-workspaces.md gives
+// the measured figures. python/autovm/conv_workspaces.py measures the file.
+//
+// FILE is JSON: {"convolutions": [ENTRY, ...]}, each ENTRY
+//   {"op": "Conv" | "ConvTranspose", "dtype": "float32" | "float16" | "bfloat16",
+//    "input": [N, C, ...], "weight": [...], "output": [N, C, ...],
+//    "strides": [...], "pads": [...], "dilations": [...], "group": G,
+//    "forward_bytes": B, "backward_bytes": B}
+// with one stride, leading pad and dilation per spatial axis, and the dtype the convolution
+// computes in (under autocast, autocast's). A node matches an entry when its op, compute dtype,
+// the three shapes, strides, leading pads (ONNX's first half of "pads"), dilations and group all
+// agree; its forward step then takes forward_bytes as its workspace and its backward step
+// backward_bytes (the larger of the data and filter gradients'). Nodes no entry matches keep
+// the estimate. Entries that match no node are allowed (a file can serve several models).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "ir/types.h"
+#include "model/model.h"
+
+namespace autovm::training {
+
+struct ConvWorkspace {
+  int64_t forward_bytes = 0;
+  int64_t backward_bytes = 0;
+};
+
+class ConvWorkspaceTable {
+ public:
+  // Reads FILE; throws Error(usage) naming the file, the entry and what is wrong.
+  static ConvWorkspaceTable load(const std::string& path);
+  void add(const std::string& key, ConvWorkspace w) { by_key_[key] = w; }
+  // The measured workspaces of Conv or ConvTranspose node `conv` computing in `compute`, if an
+  // entry matches it.
+  std::optional<ConvWorkspace> find(const model::Model& m, const model::Node& conv, DType compute) const;
+  bool empty() const { return by_key_.empty(); }
+  size_t size() const { return by_key_.size(); }
+
+  // The matching key of a convolution (exposed for tests).
+  static std::string key(const std::string& op, DType compute, const Shape& input, const Shape& weight,
+                         const Shape& output, const Shape& strides, const Shape& pads,
+                         const Shape& dilations, int64_t group);
+
+ private:
+  std::map<std::string, ConvWorkspace> by_key_;
+};
+
+}  // namespace autovm::training

@@ -1,0 +1,163 @@
+"""Convolution workspaces measured on the GPU that trains (autovm-plan --conv-workspaces).
+
+cuDNN chooses each convolution's algorithm the first time it runs, by the memory free then.
+The fast algorithms take scratch memory of up to several times the convolution's output;
+one whose workspace cannot be allocated is passed over for a slower one, and PyTorch keeps
+that choice for the rest of the process (docs/conv-workspaces.md has the figures: VGG-19's
+convolutions at batch 256 in bf16 ran 38 times slower with no room to spare). A plan that
+gives each convolution the workspace cuDNN takes with memory to spare keeps it at full speed.
+
+measure() finds the model's convolution modules and the shapes they see (one forward pass of
+the first two samples, in eval mode and without gradients, its shapes scaled to the batch),
+then runs each distinct convolution alone on the GPU at the full batch, forward and backward,
+in the dtype it computes in, under the current cuDNN settings (deterministic, benchmark, TF32),
+and records what it allocated beyond its outputs. The entries are what
+compiler/training/conv_workspaces.h reads. A convolution that runs out of memory alone, or one
+with string padding ('same'), has no entry: the planner keeps its estimate for it.
+
+Nothing the script can see changes: the parameters are not touched, every module's training
+flag is restored, and no random number generator is drawn from. What stays behind is cuDNN's
+choice for each convolution measured, the fast one.
+"""
+import contextlib
+
+_KINDS = None
+
+
+def _conv_kinds():
+    global _KINDS
+    if _KINDS is None:
+        from torch import nn
+        _KINDS = {nn.Conv1d: ("Conv", 1), nn.Conv2d: ("Conv", 2), nn.Conv3d: ("Conv", 3),
+                  nn.ConvTranspose1d: ("ConvTranspose", 1),
+                  nn.ConvTranspose2d: ("ConvTranspose", 2),
+                  nn.ConvTranspose3d: ("ConvTranspose", 3)}
+    return _KINDS
+
+
+def _dtype_name(dtype):
+    import torch
+    return {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}.get(dtype)
+
+
+def _autocast_dtype(autocast):
+    import torch
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(autocast)
+
+
+def convolutions(model, x, autocast=None):
+    """The distinct convolutions `model` runs on input `x`: a list of entries (dicts) without
+    the byte counts, shapes at x's batch, in the order they first run."""
+    import torch
+
+    batch = int(x.shape[0])
+    low = _autocast_dtype(autocast)
+    kinds = _conv_kinds()
+    seen, found = set(), []
+
+    def hook(module, inputs, output):
+        op, dims = kinds[type(module)]
+        if isinstance(module.padding, str) or not inputs or not torch.is_tensor(output):
+            return
+        inp = inputs[0]
+        dtype = low if low is not None else inp.dtype
+        entry = {"op": op, "dtype": _dtype_name(dtype),
+                 "input": [batch] + list(inp.shape[1:]),
+                 "weight": list(module.weight.shape),
+                 "output": [batch] + list(output.shape[1:]),
+                 "strides": list(module.stride), "pads": list(module.padding),
+                 "dilations": list(module.dilation), "group": int(module.groups)}
+        if entry["dtype"] is None:
+            return
+        if op == "ConvTranspose":
+            entry["output_padding"] = list(module.output_padding)
+        key = repr(entry)
+        if key not in seen:
+            seen.add(key)
+            found.append(entry)
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if type(m) in kinds]
+    flags = [(m, m.training) for m in model.modules()]
+    mixed = (torch.autocast(x.device.type, dtype=low) if low is not None
+             else contextlib.nullcontext())
+    try:
+        model.eval()
+        with torch.no_grad(), mixed:
+            model(x[: min(2, batch)])
+    finally:
+        for h in handles:
+            h.remove()
+        for m, training in flags:
+            m.training = training
+    return found
+
+
+def _block(t):
+    """What the caching allocator counts for tensor t's storage (a multiple of 512 bytes)."""
+    n = t.numel() * t.element_size()
+    return (n + 511) // 512 * 512
+
+
+def _run_one(entry, device):
+    """(forward bytes, backward bytes) beyond the outputs for one entry, from its second run
+    (the first may search for the algorithm)."""
+    import torch
+    import torch.nn.functional as F
+
+    dims = len(entry["input"]) - 2
+    dtype = {"float32": torch.float32, "float16": torch.float16,
+             "bfloat16": torch.bfloat16}[entry["dtype"]]
+    x = torch.zeros(entry["input"], device=device, dtype=dtype, requires_grad=True)
+    w = torch.zeros(entry["weight"], device=device, dtype=dtype, requires_grad=True)
+    kw = dict(stride=entry["strides"], padding=entry["pads"], dilation=entry["dilations"],
+              groups=entry["group"])
+    if entry["op"] == "ConvTranspose":
+        fn = getattr(F, f"conv_transpose{dims}d")
+        kw["output_padding"] = entry.get("output_padding", [0] * dims)
+    else:
+        fn = getattr(F, f"conv{dims}d")
+    result = (0, 0)
+    for _ in range(2):
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        y = fn(x, w, None, **kw)
+        torch.cuda.synchronize(device)
+        forward = torch.cuda.max_memory_allocated(device) - base - _block(y)
+        gy = torch.zeros_like(y)
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        gx, gw = torch.autograd.grad(y, (x, w), gy)
+        torch.cuda.synchronize(device)
+        backward = torch.cuda.max_memory_allocated(device) - base - _block(gx) - _block(gw)
+        result = (max(0, forward), max(0, backward))
+        del y, gy, gx, gw
+    return result
+
+
+def measure(model, example_input, autocast=None):
+    """{"convolutions": [entry, ...]} for `model` on `example_input` (on a CUDA GPU; on
+    another device there is nothing to measure and the list is empty), each entry with
+    forward_bytes and backward_bytes; "skipped": the convolutions that ran out of memory."""
+    import torch
+
+    x = example_input
+    out = {"convolutions": [], "skipped": []}
+    if x.device.type != "cuda":
+        return out
+    device = x.device
+    for entry in convolutions(model, x, autocast):
+        try:
+            forward, backward = _run_one(entry, device)
+        except torch.cuda.OutOfMemoryError:
+            out["skipped"].append(entry)
+            continue
+        finally:
+            torch.cuda.empty_cache()
+        entry = dict(entry)
+        entry.pop("output_padding", None)
+        entry.update(forward_bytes=int(forward), backward_bytes=int(backward))
+        out["convolutions"].append(entry)
+    torch.cuda.reset_peak_memory_stats(device)
+    return out
