@@ -18,9 +18,8 @@ segments in use, so the cap is the budget, plus what was reserved beyond the all
 the steps start, plus an allowance for fragmentation (FRAGMENTATION of the budget at first).
 When plan() gives the plan the convolutions' measured workspaces (conv_workspaces.py), the
 steps run without the cap: the fast algorithms' workspaces are in the plan, and a cap would
-only make cuDNN pass them over for slow ones the moment fragmentation leaves one short. Where
-autovm-plan had to cut a measured workspace to fit the budget (options.conv_workspaces_cut),
-the cap stays, so that cuDNN takes the fastest algorithm that fits there.
+only make cuDNN pass them over for slow ones, for the rest of the process, the moment
+fragmentation leaves one short (docs/conv-workspaces.md).
 A try ends one of three ways:
   - the steps run and their allocated peak is within the budget: the plan holds;
   - the peak passes the budget, or an allocation fails with what was allocated plus the
@@ -107,8 +106,7 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
                                                     autocast=autocast, loss=loss, steps=steps)
             else:
                 peak, oom, start = _measure(plan, model, optimizer, x, labels, budget,
-                                            allowance if capped or _cut(plan) else None,
-                                            total, device,
+                                            allowance if capped else None, total, device,
                                             autocast=autocast, loss=loss, steps=steps)
             tries.append({"margin_bytes": margin, "planned_budget_bytes": plan.budget_bytes,
                           "peak_bytes": peak, "out_of_memory": oom, **start})
@@ -142,12 +140,6 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
         gc.collect()
         if executor != "runtime":
             torch.cuda.empty_cache()
-
-
-def _cut(plan):
-    """Whether autovm-plan cut a measured workspace to fit the budget: cuDNN must then be
-    capped into an algorithm whose workspace fits there."""
-    return bool((plan.options or {}).get("conv_workspaces_cut", 0))
 
 
 def _tries(tries):
