@@ -121,7 +121,19 @@ void write_plan_json(const Plan& plan, const std::function<void(std::string_view
   if (!o.conv_workspaces_file.empty())  // --conv-workspaces: how many convolutions matched
   {
     w.key("conv_workspaces_measured").value(plan.training.conv_workspaces_measured);
-    w.key("conv_workspaces_cut").value(plan.training.conv_workspaces_cut);
+    // Each workspace cut to fit (plan/workspace_fit.h): its entry in the file, its step's
+    // phase, the bytes planned and the bytes measured.
+    w.key("conv_workspaces_cut").begin_array();
+    for (const auto& mw : plan.training.measured_workspaces) {
+      if (!mw.cut) continue;
+      w.begin_object();
+      w.key("entry").value(mw.entry);
+      w.key("phase").value(mw.backward ? "backward" : "forward");
+      w.key("bytes").value(plan.training.graph.tensor(mw.tensor).bytes);
+      w.key("measured_bytes").value(mw.measured_bytes);
+      w.end_object();
+    }
+    w.end_array();
   }
   w.key("alignment_bytes").value(o.alignment);
   w.key("device").value(plan.device);

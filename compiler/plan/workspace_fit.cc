@@ -13,12 +13,14 @@ int fit_measured_workspaces(training::TrainingStep& ts, const std::vector<Lifeti
   if (ts.measured_workspaces.empty()) return 0;
   const std::vector<int64_t> need = unavoidable_bytes(g, life, movable);
   int cut = 0;
-  for (const auto& mw : ts.measured_workspaces) {
+  for (auto& mw : ts.measured_workspaces) {
     Tensor& w = g.tensors[static_cast<size_t>(mw.tensor)];
     const Lifetime& l = life[static_cast<size_t>(mw.tensor)];
     if (l.uses.empty()) continue;
     const int64_t over = need[static_cast<size_t>(l.uses.front())] - budget;
     if (over <= 0 || w.bytes <= mw.estimate_bytes) continue;
+    mw.measured_bytes = w.bytes;
+    mw.cut = true;
     w.bytes = std::max(mw.estimate_bytes, w.bytes - over);
     w.shape = Shape{w.bytes};
     ++cut;

@@ -91,7 +91,7 @@ std::vector<TensorId> append_backward(const model::Model& m, const ForwardPass& 
       workspace = g.add_tensor(node.name + "/grad_workspace", TensorKind::workspace, DType::u8,
                                Shape{rec->backward_workspace_bytes});
     if (workspace != kNoTensor && rec->estimated_workspace_bytes >= 0)
-      ts.measured_workspaces.push_back({workspace, rec->estimated_workspace_bytes});
+      ts.measured_workspaces.push_back({workspace, rec->estimated_workspace_bytes, rec->workspace_entry, true});
     double flops = rule.backward_flops_factor * g.step(rec->step).flops;
     add_step(g, std::string(rule.op) + "Grad", Phase::backward, node.name, std::move(inputs),
              partials, flops, workspace);

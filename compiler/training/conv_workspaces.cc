@@ -96,6 +96,7 @@ ConvWorkspaceTable ConvWorkspaceTable::load(const std::string& path) {
     if (!e.contains("group")) bad(path, where + " needs \"group\"");
     const int64_t group = whole(path, where + ".group", e["group"], 1);
     ConvWorkspace w;
+    w.entry = static_cast<int>(i);
     for (const char* f : {"forward_bytes", "backward_bytes"})
       if (!e.contains(f)) bad(path, fmt::format("{} needs \"{}\"", where, f));
     w.forward_bytes = whole(path, where + ".forward_bytes", e["forward_bytes"], 0);

@@ -34,6 +34,7 @@ namespace autovm::training {
 struct ConvWorkspace {
   int64_t forward_bytes = 0;
   int64_t backward_bytes = 0;
+  int entry = -1;  // its index in the file's "convolutions"
 };
 
 class ConvWorkspaceTable {

@@ -275,13 +275,14 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
         rec.workspace_bytes = measured->forward_bytes;
         rec.backward_workspace_bytes = measured->backward_bytes;
         rec.estimated_workspace_bytes = estimate;
+        rec.workspace_entry = measured->entry;
         ++ts.conv_workspaces_measured;
       }
       if (rec.workspace_bytes > 0) {
         workspace = add(n.name + "/workspace", TensorKind::workspace, DType::u8,
                         Shape{rec.workspace_bytes}, false);
         if (rec.estimated_workspace_bytes >= 0)
-          ts.measured_workspaces.push_back({workspace, rec.estimated_workspace_bytes});
+          ts.measured_workspaces.push_back({workspace, rec.estimated_workspace_bytes, rec.workspace_entry, false});
       }
     }
     rec.step = add_step(g, n.op, Phase::forward, n.name, std::move(step_inputs),

@@ -20,6 +20,7 @@ struct ForwardRecord {
   int64_t workspace_bytes = 0;          // of the forward step
   int64_t backward_workspace_bytes = 0; // of its backward step (the estimate's: the same)
   int64_t estimated_workspace_bytes = -1;  // >= 0: the two above were measured; the estimate
+  int workspace_entry = -1;                // then: the measured entry (ConvWorkspace::entry)
 };
 
 struct ForwardPass {

@@ -97,6 +97,10 @@ struct TrainingStep {
   struct MeasuredWorkspace {
     TensorId tensor = kNoTensor;
     int64_t estimate_bytes = 0;
+    int entry = -1;         // the measured entry (ConvWorkspace::entry)
+    bool backward = false;  // of the backward step, else of the forward
+    int64_t measured_bytes = 0;  // set when cut: what was measured (the tensor has the cut size)
+    bool cut = false;
   };
   std::vector<MeasuredWorkspace> measured_workspaces;
   int conv_workspaces_cut = 0;  // of those, cut to fit the budget (plan/workspace_fit.h)

@@ -98,9 +98,8 @@ def _block(t):
     return (n + 511) // 512 * 512
 
 
-def _run_one(entry, device):
-    """(forward bytes, backward bytes) beyond the outputs for one entry, from its second run
-    (the first may search for the algorithm)."""
+def _convolution(entry, device):
+    """(fn, x, w, kwargs) that run one entry's convolution: zeros of its shapes and dtype."""
     import torch
     import torch.nn.functional as F
 
@@ -116,6 +115,15 @@ def _run_one(entry, device):
         kw["output_padding"] = entry.get("output_padding", [0] * dims)
     else:
         fn = getattr(F, f"conv{dims}d")
+    return fn, x, w, kw
+
+
+def _run_one(entry, device):
+    """(forward bytes, backward bytes) beyond the outputs for one entry, from its second run
+    (the first may search for the algorithm)."""
+    import torch
+
+    fn, x, w, kw = _convolution(entry, device)
     result = (0, 0)
     for _ in range(2):
         torch.cuda.synchronize(device)
@@ -161,3 +169,4 @@ def measure(model, example_input, autocast=None):
         out["convolutions"].append(entry)
     torch.cuda.reset_peak_memory_stats(device)
     return out
+

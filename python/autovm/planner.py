@@ -10,6 +10,7 @@ import warnings
 
 from . import _lib, locate
 from . import calibrate as calibration
+from . import conv_workspaces as measure_ws
 from .errors import OptimizerMismatchError, PlannerError, ToolNotFoundError
 from .planfile import Plan
 from .planfile import pytorch_margin as pytorch_margin_of
@@ -450,7 +451,7 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
                 if e.exit_code != 6:
                     raise
                 warnings.warn(f"no plan holds the budget with the convolutions' measured "
-                              f"workspaces ({str(e)[:300]}); planned with the estimate, so "
+                              f"workspaces ({str(e)[:1500]}); planned with the estimate, so "
                               f"cuDNN may run slower convolution algorithms", RuntimeWarning,
                               stacklevel=2)
                 p = solve(args, False)
@@ -464,7 +465,6 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
 
 def _conv_workspaces(value, calibrating, model, x, autocast):
     """plan()'s conv_workspaces: the table to plan with, or None for the estimate."""
-    from . import conv_workspaces as measured
 
     if value is None or value is False:
         return None
@@ -484,7 +484,7 @@ def _conv_workspaces(value, calibrating, model, x, autocast):
                          f"not {value!r}")
     if not calibrating:
         return None
-    table = measured.measure(model, x, autocast)
+    table = measure_ws.measure(model, x, autocast)
     return table if table["convolutions"] else None
 
 

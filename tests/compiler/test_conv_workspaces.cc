@@ -166,6 +166,11 @@ TEST_CASE("a measured workspace the budget cannot hold at its step is cut, never
     CHECK(fit_measured_workspaces(ts, life, need - 1000, {}) == 1);
     CHECK(ts.conv_workspaces_cut == 1);
     CHECK(ts.graph.tensor(grad.workspace).bytes == 3000000 - 1000);
+    for (const auto& mw : ts.measured_workspaces) {  // which one was cut, and from what
+      CHECK(mw.entry == 0);
+      CHECK(mw.cut == mw.backward);
+      if (mw.cut) CHECK(mw.measured_bytes == 3000000);
+    }
     CHECK(ts.graph.tensor(find(ts.graph, "Conv").workspace).bytes == 1000000);
   }
   {

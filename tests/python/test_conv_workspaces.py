@@ -89,6 +89,24 @@ def _():
     return "" if out == {"convolutions": [], "skipped": []} else f"measured {out}"
 
 
+@case("a plan under a budget that cannot hold a measured workspace cuts it and says which")
+def _():
+    table = {"convolutions": []}
+    for e in conv_workspaces.convolutions(MODEL, X):
+        e.pop("output_padding", None)
+        table["convolutions"].append(dict(e, forward_bytes=0, backward_bytes=0))
+    table["convolutions"][3]["backward_bytes"] = 10 ** 9  # conv3's: no small budget holds it
+    m = copy.deepcopy(MODEL)
+    p = autovm.plan(m, (X, Y), momentum(m), budget="2MB", pytorch_margin=False,
+                    conv_workspaces=table)
+    cut = p.options.get("conv_workspaces_cut")
+    if [(c["entry"], c["phase"], c["measured_bytes"]) for c in cut or []] != [(3, "backward", 10 ** 9)]:
+        return f"cut: {cut}"
+    if not 0 < cut[0]["bytes"] < 10 ** 9:
+        return f"cut to {cut[0]['bytes']}"
+    return ""
+
+
 def workspaces_of(plan_path):
     """{tensor name: bytes} of the plan's workspace tensors."""
     with open(plan_path) as f:
