@@ -57,7 +57,11 @@ around each), torch.cuda.max_memory_allocated() over them, every loss; for AutoV
 whether the peak is within it, the planner's prediction (plan.prediction), the adapter's stats
 and the planning time. Each configuration is isolated (everything freed, the caching
 allocators emptied, the peak reset) and a failure (out of memory, a planner error) is recorded
-in its row, not fatal. --out writes one JSON after every configuration; --csv the table.
+in its row, not fatal. On a GPU each configuration also runs in a Python process of its own
+(--processes one: all in this one): cuDNN keeps each convolution's algorithm for the process,
+so a configuration that ran under a memory cap (plan()'s calibration, falling back to the
+estimated workspaces) would otherwise hand its slow choices to the next
+(docs/conv-workspaces.md). --out writes one JSON after every configuration; --csv the table.
 
 --smoke runs every model and configuration at tiny sizes on the CPU (Debian's torch 1.13) to
 test this logic: there are no peaks there, so the budgets stand between the least budget
@@ -79,6 +83,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -559,9 +564,10 @@ def run_model(ctx, name, configs):
     data = make_batch(spec, batch, sample)
     peaks, plain = {}, None
     for r in args.baseline_rows:
-        if r.get("model") == name and r.get("config") in BASELINES and r.get("peak_bytes"):
-            peaks[r["config"]] = r["peak_bytes"]
-            if r["config"] == "plain":
+        if r.get("model") == name and r.get("config") in BASELINES:
+            if r.get("peak_bytes"):
+                peaks[r["config"]] = r["peak_bytes"]
+            if r["config"] == "plain" and "losses" in r:
                 plain = r
     with determinism(spec):
         if ctx.smoke:
@@ -585,6 +591,40 @@ def run_model(ctx, name, configs):
             print(summary(row), flush=True)
             write_json(ctx)
     isolate(ctx)
+
+
+def run_in_own_process(ctx, name, config, tmp):
+    """One configuration in a fresh Python process running this script, its baselines the
+    --baseline rows and this run's so far; its row joins ctx.results."""
+    args = ctx.args
+    baseline = os.path.join(tmp, "baseline.json")
+    out = os.path.join(tmp, "one.json")
+    with open(baseline, "w") as f:
+        json.dump({"results": args.baseline_rows + ctx.results}, f)
+    cmd = [sys.executable, os.path.abspath(__file__), "--models", name, "--configs", config,
+           "--recompute", "both", "--processes", "one", "--baseline", baseline, "--out", out,
+           "--warmup", str(args.warmup), "--steps", str(args.steps),
+           "--host-limit", repr(args.host_limit), "--calibrate", args.calibrate]
+    cmd += ["--batch", ",".join(f"{k}={v}" for k, v in args.batch.items())] if args.batch else []
+    cmd += ["--smoke"] if args.smoke else []
+    for flag, value in (("--planner", args.planner), ("--lib", args.lib),
+                        ("--exports", args.exports)):
+        if value:
+            cmd += [flag, value]
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(out)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rows = []
+    if os.path.exists(out):
+        with open(out) as f:
+            rows = json.load(f)["results"]
+    if not rows:
+        rows = [{"model": name, "title": SPECS[name].title, "config": config,
+                 "error": f"its process exited {r.returncode}: {r.stdout[-1500:]}"}]
+    for row in rows:
+        ctx.results.append(row)
+        print(summary(row), flush=True)
+    write_json(ctx)
 
 
 def meta(ctx):
@@ -722,6 +762,10 @@ def main():
                     "the AutoVM ones need their budgets' baselines in this run or --baseline")
     ap.add_argument("--recompute", choices=("both", "no", "yes"), default="both",
                     help="AutoVM variants: moving only (no), recomputing (yes) or both")
+    ap.add_argument("--processes", choices=("each", "one"),
+                    help="each: every configuration in a Python process of its own (the "
+                         "default on a GPU: cuDNN's algorithm choices then do not carry "
+                         "over); one: all in this process (the default with --smoke)")
     ap.add_argument("--calibrate", choices=("auto", "off"), default="auto",
                     help="autovm.plan()'s calibration: its default (auto), or off (the "
                          "modelled margin alone)")
@@ -795,7 +839,11 @@ def main():
             configs = config_names(SPECS[name], args.recompute)
             if wanted:
                 configs = [c for c in configs if c in wanted]
-            run_model(ctx, name, configs)
+            if (args.processes or ("one" if args.smoke else "each")) == "one" or len(configs) < 2:
+                run_model(ctx, name, configs)
+            else:
+                for config in configs:
+                    run_in_own_process(ctx, name, config, tmp)
     write_json(ctx)
     if args.csv:
         write_csv(args.csv, ctx.results)
@@ -810,6 +858,11 @@ def main():
         if any(r["config"].startswith("autovm_") for r in ctx.results) and not acted:
             print("smoke: no AutoVM configuration evicted or recomputed anything",
                   file=sys.stderr)
+            return 1
+        unchecked = [r["config"] for r in ctx.results if r["config"] != "plain"
+                     and "skipped" not in r and "bit_identical_to_plain" not in r]
+        if any(r["config"] == "plain" for r in ctx.results) and unchecked:
+            print(f"smoke: not compared with plain: {', '.join(unchecked)}", file=sys.stderr)
             return 1
     return 1 if failed else 0
 
