@@ -66,6 +66,18 @@ def case_summary():
     contains(out, "not predicted", "evict 1, prefetch 1, discard 0, recompute 0, advise 0")
     expect(out == run("summary", plan("valid.json")).stdout, "PLAN and summary PLAN differ")
     contains(run(plan("valid_recompute.json")).stdout, "[2, 2] discard/recompute")
+    expect("workspace " not in out, f"a plan without measured workspaces says so:\n{out}")
+    # Measured convolution workspaces (autovm-plan --conv-workspaces), one cut to fit.
+    with open(plan("valid.json")) as f:
+        doc = json.load(f)
+    doc["options"]["conv_workspaces_measured"] = 3
+    doc["options"]["conv_workspaces_cut"] = [
+        {"entry": 1, "phase": "backward", "bytes": 512, "measured_bytes": 4096}]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "measured.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        contains(run(path).stdout, "3 convolutions' workspaces measured, 1 cut to fit the budget")
 
 
 def plot_rows(out):

@@ -123,6 +123,11 @@ struct Plan {
   // options.recompute_ops (autovm-plan --recompute-ops): the only ops a recompute action may
   // run again; absent: any.
   std::optional<std::vector<std::string>> recompute_ops;
+  // options.conv_workspaces_measured and conv_workspaces_cut (autovm-plan --conv-workspaces):
+  // convolutions whose workspaces were measured, and the workspaces cut to fit the budget
+  // (forward and backward counted apart); absent: the estimate.
+  std::optional<int64_t> conv_workspaces_measured;
+  int64_t conv_workspaces_cut = 0;
   // Every field of "model" and "options" as "key" -> its JSON text, sorted by key (for diff).
   std::vector<std::pair<std::string, std::string>> model_fields, option_fields;
 

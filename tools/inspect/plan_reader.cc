@@ -322,6 +322,8 @@ Plan parse(const json& doc, const std::string& path) {
     p.recompute_ops.emplace();
     for (const Field& f : r->items()) p.recompute_ops->push_back(f.string());
   }
+  if (auto m = options.find("conv_workspaces_measured")) p.conv_workspaces_measured = m->integer();
+  if (auto c = options.find("conv_workspaces_cut")) p.conv_workspaces_cut = static_cast<int64_t>(c->items().size());
   p.option_fields = options.members();
 
   // Each byte count is at most 2^50, so these sums cannot overflow before they are checked.

@@ -105,6 +105,9 @@ int summary(const Plan& p, const Options&) {
     fmt::print("{:<10} {}, mechanism {}\n", "device", p.device.value_or("-"), p.mechanism.value_or("-"));
   fmt::print("{:<10} {} (forward {}, loss {}, backward {}, optimizer {}); {} tensors\n", "steps",
              p.steps.size(), phases[0], phases[1], phases[2], phases[3], p.tensors.size());
+  if (p.conv_workspaces_measured)
+    fmt::print("{:<10} {} convolutions' workspaces measured, {} cut to fit the budget\n", "workspace",
+               *p.conv_workspaces_measured, p.conv_workspaces_cut);
   if (p.budget_limited())
     fmt::print("{:<10} {} ({} B)\n", "budget", format_bytes(p.budget_bytes), p.budget_bytes);
   else
