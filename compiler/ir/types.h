@@ -25,6 +25,10 @@
 //   bound      a step time no plan beats under a budget (plan/bound.h); a pair bound counts
 //              the departures before one step and the tail after a later one together, and a
 //              sequence of such steps carries the earliest start of one to the next.
+//   workspace  a step's scratch memory, live for that step alone (a tensor of kind workspace);
+//              a convolution's is the im2col estimate (training/cost.h) or, measured on the
+//              trainer's GPU, what cuDNN's fastest algorithm takes (training/conv_workspaces.h),
+//              cut where the budget cannot hold it (plan/workspace_fit.h).
 //   chain      the forward steps a recompute runs again to make a tensor: its producer and the
 //              producers of its inputs that died (temporaries, there in the moment before the
 //              step the chain is due at); only steps whose op the options allow
