@@ -318,10 +318,10 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     where it cannot run; False: never. The example batch's labels are used when it is
     (input, labels).
 
-    conv_workspaces: "auto" (default): when the calibration runs, measure each convolution's
-    cuDNN workspace on this GPU first (autovm/conv_workspaces.py) and plan it (autovm-plan
-    --conv-workspaces), so that cuDNN keeps its fast algorithms; the calibration then runs
-    without a cap. Should no plan hold with them, the model is planned again with the
+    conv_workspaces: "auto" (default): when the calibration runs for executor "copy", measure
+    each convolution's cuDNN workspace on this GPU first (autovm/conv_workspaces.py) and plan
+    it (autovm-plan --conv-workspaces), so that cuDNN keeps its fast algorithms; the
+    calibration then runs without a cap. Should no plan hold with them, the model is planned again with the
     estimate (and a RuntimeWarning says convolutions may run slower algorithms). A dict
     ({"convolutions": [...]}) or a JSON file's path: use it as it is; None: the estimate.
 
@@ -361,7 +361,10 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
                          "and example batch on a CUDA GPU, and for executor='runtime' "
                          "autovm.allocator installed on managed memory")
     calibrating = can_calibrate and calibrate is not False
-    workspaces = _conv_workspaces(conv_workspaces, calibrating, model, x, mode)
+    # The runtime executor's pool is PyTorch's allocator there, whose statistics the
+    # measurement reads are PyTorch's own: that path keeps the estimate.
+    workspaces = _conv_workspaces(conv_workspaces, calibrating and executor == "copy", model, x,
+                                  mode)
     if workspaces is not None and "--conv-workspaces" not in flags:
         raise ToolNotFoundError(f"{exe} has no --conv-workspaces option: rebuild autovm-plan")
     # Removed when the Plan that keeps it goes, or at once when planning fails.
