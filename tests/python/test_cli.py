@@ -77,6 +77,14 @@ with tempfile.TemporaryDirectory() as tmp:
     case("--help names --loss and --autocast", ["--help"], 0, "--loss cross-entropy|mse|external",
          "--autocast bf16|fp16", stream="stdout")
     case("unknown device", [RESNET18, "--batch", "2", "--device", "tpu"], 2, "h200-pcie")
+    missing_ws = os.path.join(tmp, "no-such-workspaces.json")
+    case("missing convolution workspaces", [RESNET18, "--batch", "2", "--conv-workspaces", missing_ws], 2,
+         f"convolution workspaces '{missing_ws}'", "cannot be read")
+    bad_ws = os.path.join(tmp, "bad-workspaces.json")
+    open(bad_ws, "w").write('{"convolutions": [{"op": "Conv", "dtype": "float8"}]}')
+    case("bad convolution workspaces", [RESNET18, "--batch", "2", "--conv-workspaces", bad_ws], 2,
+         "convolutions[0].dtype must be", "float8")
+    case("--help names --conv-workspaces", ["--help"], 0, "--conv-workspaces FILE", stream="stdout")
     case("budget below one step's needs", [RESNET18, "--batch", "64", "--budget", "1MB"], 6,
          "smallest budget that works", "--budget min")
     case("decimal units echo bytes", [RESNET18, "--batch", "2", "--budget", "8GB", "-o", os.devnull], 0,
