@@ -8,15 +8,16 @@ convolutions at batch 256 in bf16 ran 38 times slower with no room to spare). A 
 gives each convolution the workspace cuDNN takes with memory to spare keeps it at full speed.
 
 measure() finds the model's convolution modules and the shapes they see (one forward pass of
-the first two samples, in eval mode and without gradients, its shapes scaled to the batch),
+the first two samples without gradients, in the model's own training mode, or in eval mode
+where that fails; its shapes scaled to the batch),
 then runs each distinct convolution alone on the GPU at the full batch, forward and backward,
 in the dtype it computes in, under the current cuDNN settings (deterministic, benchmark, TF32),
 and records what it allocated beyond its outputs. The entries are what
 compiler/training/conv_workspaces.h reads. A convolution that runs out of memory alone, or one
 with string padding ('same'), has no entry: the planner keeps its estimate for it.
 
-Nothing the script can see changes: the parameters are not touched, every module's training
-flag is restored, and no random number generator is drawn from. What stays behind is cuDNN's
+Nothing the script can see changes: the parameters are not touched; the buffers (batch norm's
+statistics), every module's training flag and the random number generators are restored. What stays behind is cuDNN's
 choice for each convolution measured, the fast one.
 """
 import contextlib
@@ -78,17 +79,31 @@ def convolutions(model, x, autocast=None):
 
     handles = [m.register_forward_hook(hook) for m in model.modules() if type(m) in kinds]
     flags = [(m, m.training) for m in model.modules()]
+    buffers = [(b, b.detach().clone()) for b in model.buffers() if b is not None]
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     mixed = (torch.autocast(x.device.type, dtype=low) if low is not None
              else contextlib.nullcontext())
     try:
-        model.eval()
         with torch.no_grad(), mixed:
-            model(x[: min(2, batch)])
+            try:  # as the model trains (a training-only branch runs its convolutions too)
+                model(x[: min(2, batch)])
+            except (RuntimeError, ValueError):  # batch norm over one value per channel, say
+                seen.clear()
+                found.clear()
+                model.eval()
+                model(x[: min(2, batch)])
     finally:
         for h in handles:
             h.remove()
         for m, training in flags:
             m.training = training
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+        torch.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
     return found
 
 

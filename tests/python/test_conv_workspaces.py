@@ -83,6 +83,37 @@ def _():
     return ""
 
 
+class AuxHead(torch.nn.Module):
+    """A convolution only training runs (an auxiliary head, as Inception's), beside a dropout
+    that draws random numbers."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.drop = torch.nn.Dropout(0.5)
+        self.aux = torch.nn.Conv2d(4, 2, 1)
+
+    def forward(self, x):
+        h = self.drop(self.bn(self.body(x)))
+        return (h, self.aux(h)) if self.training else h
+
+
+@case("a training-only convolution is found; statistics and random state stay as they were")
+def _():
+    m = AuxHead().train()
+    stats = {k: v.clone() for k, v in m.state_dict().items()}
+    rng = torch.get_rng_state()
+    ops = [(e["weight"], e["output"]) for e in conv_workspaces.convolutions(m, X)]
+    if ops != [([4, 3, 3, 3], [4, 4, 16, 16]), ([2, 4, 1, 1], [4, 2, 16, 16])]:
+        return f"found {ops}"
+    changed = [k for k, v in m.state_dict().items() if not torch.equal(v, stats[k])]
+    if changed or not torch.equal(rng, torch.get_rng_state()) or not m.training:
+        return f"changed {changed}, rng same {torch.equal(rng, torch.get_rng_state())}"
+    ops = [e["weight"] for e in conv_workspaces.convolutions(m.eval(), X)]
+    return "" if ops == [[4, 3, 3, 3]] else f"in eval mode found {ops}"
+
+
 @case("measure() off a CUDA GPU measures nothing")
 def _():
     out = conv_workspaces.measure(MODEL, X)
