@@ -435,7 +435,7 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
 
         p = planned(margin)
         if calibrating:
-            # Measured workspaces are planned: cuDNN's fast algorithms fit, and no cap is
+            # With measured workspaces planned, cuDNN's fast algorithms fit, and no cap is
             # needed to keep it to ones that do (calibrate.py).
             p = calibration.fit(p, planned, model, example_batch, optimizer, requested,
                                 autocast=mode, loss=loss, executor=executor,
