@@ -25,7 +25,6 @@ int fit_measured_workspaces(training::TrainingStep& ts, const std::vector<Lifeti
     w.shape = Shape{w.bytes};
     ++cut;
   }
-  ts.conv_workspaces_cut = cut;
   return cut;
 }
 

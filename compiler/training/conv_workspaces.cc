@@ -101,7 +101,7 @@ ConvWorkspaceTable ConvWorkspaceTable::load(const std::string& path) {
       if (!e.contains(f)) bad(path, fmt::format("{} needs \"{}\"", where, f));
     w.forward_bytes = whole(path, where + ".forward_bytes", e["forward_bytes"], 0);
     w.backward_bytes = whole(path, where + ".backward_bytes", e["backward_bytes"], 0);
-    t.add(key(op, *dt, input, weight, output, strides, pads, dilations, group), w);
+    t.by_key_[key(op, *dt, input, weight, output, strides, pads, dilations, group)] = w;
   }
   return t;
 }
@@ -113,8 +113,8 @@ std::optional<ConvWorkspace> ConvWorkspaceTable::find(const model::Model& m, con
   const Shape* w = known_shape(m, n.inputs[1]);
   const Shape* y = known_shape(m, n.outputs[0]);
   if (!x || !w || !y || x->size() < 3) return std::nullopt;
-  if (!n.attr_s("auto_pad", "NOTSET").empty() && n.attr_s("auto_pad", "NOTSET") != "NOTSET")
-    return std::nullopt;  // padding the exporter left to the runtime: no entry states it
+  const std::string auto_pad = n.attr_s("auto_pad", "NOTSET");
+  if (!auto_pad.empty() && auto_pad != "NOTSET") return std::nullopt;  // padding the exporter left to the runtime: no entry states it
   const size_t axes = x->size() - 2;
   Shape pads = n.attr_ints("pads");
   pads = pads.empty() ? Shape(axes, 0) : Shape(pads.begin(), pads.begin() + std::min(pads.size(), axes));

@@ -41,19 +41,15 @@ class ConvWorkspaceTable {
  public:
   // Reads FILE; throws Error(usage) naming the file, the entry and what is wrong.
   static ConvWorkspaceTable load(const std::string& path);
-  void add(const std::string& key, ConvWorkspace w) { by_key_[key] = w; }
   // The measured workspaces of Conv or ConvTranspose node `conv` computing in `compute`, if an
   // entry matches it.
   std::optional<ConvWorkspace> find(const model::Model& m, const model::Node& conv, DType compute) const;
-  bool empty() const { return by_key_.empty(); }
-  size_t size() const { return by_key_.size(); }
 
-  // The matching key of a convolution (exposed for tests).
+ private:
+  // The matching key of a convolution: every field an entry is matched by.
   static std::string key(const std::string& op, DType compute, const Shape& input, const Shape& weight,
                          const Shape& output, const Shape& strides, const Shape& pads,
                          const Shape& dilations, int64_t group);
-
- private:
   std::map<std::string, ConvWorkspace> by_key_;
 };
 

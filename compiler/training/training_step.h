@@ -100,10 +100,9 @@ struct TrainingStep {
     int entry = -1;         // the measured entry (ConvWorkspace::entry)
     bool backward = false;  // of the backward step, else of the forward
     int64_t measured_bytes = 0;  // set when cut: what was measured (the tensor has the cut size)
-    bool cut = false;
+    bool cut = false;       // by plan/workspace_fit.h, to fit the budget
   };
   std::vector<MeasuredWorkspace> measured_workspaces;
-  int conv_workspaces_cut = 0;  // of those, cut to fit the budget (plan/workspace_fit.h)
   TensorId label = kNoTensor;   // the first term's labels or target
   TensorId loss = kNoTensor;    // the first term's scalar loss
   Loss loss_kind = Loss::cross_entropy;
