@@ -9,7 +9,7 @@
 The budget is what PyTorch may hold: plan() plans under it less PyTorch's modelled extra memory
 over AutoVM's graph, moving activations only. Data-parallel: autovm.plan(ddp_model, ...,
 data_parallel=True) and autovm.attach(ddp_model, ...), one plan per rank (README.md).
-libautovm as the executor: autovm.allocator.install("managed") first, then
+libautovm as the executor: autovm.allocator.install("vmm") (or "managed") first, then
 autovm.plan(..., executor="runtime") (every kind movable: autovm.RUNTIME_KINDS) and
 autovm.attach(..., executor="runtime") (README.md).
 

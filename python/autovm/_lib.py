@@ -41,14 +41,16 @@ class ActionInfo(ctypes.Structure):
 
 class PoolOptions(ctypes.Structure):
     _fields_ = [("memory", ctypes.c_int), ("device", ctypes.c_int),
-                ("capacity_bytes", ctypes.c_int64), ("free_margin_bytes", ctypes.c_int64), ("allow_oversubscribe", ctypes.c_int)]
+                ("capacity_bytes", ctypes.c_int64), ("free_margin_bytes", ctypes.c_int64),
+                ("allow_oversubscribe", ctypes.c_int), ("chunk_bytes", ctypes.c_int64)]
 
 
 class PoolStats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in (
         "allocated_bytes", "peak_allocated_bytes", "resident_bytes", "peak_resident_bytes",
         "capacity_bytes", "allocations", "alloc_calls", "free_calls", "cross_stream_waits",
-        "failed_allocations", "last_failed_bytes", "released_bytes")]
+        "failed_allocations", "last_failed_bytes", "released_bytes", "paged_out_bytes",
+        "paged_in_bytes")]
 
 
 class RuntimeOptions(ctypes.Structure):
@@ -56,7 +58,7 @@ class RuntimeOptions(ctypes.Structure):
                 ("strict", ctypes.c_int), ("host_arena_cap_bytes", ctypes.c_int64),
                 ("mechanism", ctypes.c_int), ("mode", ctypes.c_int), ("device", ctypes.c_int),
                 ("free_margin_bytes", ctypes.c_int64), ("allow_oversubscribe", ctypes.c_int),
-                ("layout", ctypes.c_int), ("memory", ctypes.c_int)]
+                ("layout", ctypes.c_int), ("memory", ctypes.c_int), ("pool", ctypes.c_void_p)]
 
 
 class RuntimeStats(ctypes.Structure):
@@ -67,7 +69,8 @@ class RuntimeStats(ctypes.Structure):
         ("accounting_only", ctypes.c_int), ("stall_us", ctypes.c_double),
         ("late_prefetches", ctypes.c_int64), ("measured_waits", ctypes.c_int64),
         ("memory_bytes", ctypes.c_int64), ("unbound_actions", ctypes.c_int64),
-        ("unbound_bytes", ctypes.c_int64)]
+        ("unbound_bytes", ctypes.c_int64), ("late_requires", ctypes.c_int64),
+        ("stale_prefetches", ctypes.c_int64)]
 
 
 BACKENDS = {"host": 0, "cuda": 1}

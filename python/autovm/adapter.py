@@ -285,6 +285,7 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
             unwrap()
         if self.runtime is not None:
             self.runtime.finish_training_step()
+            self.runtime.restore()  # the model's tensors are all addressable after the context
         self._step = None
 
     def reset_stats(self):
@@ -383,9 +384,10 @@ def attach(model, optimizer, plan, *, unrealized="warn", memory_limit=None, exec
     memory_limit: bytes; PlanFitError when torch.cuda.max_memory_allocated() exceeds it after a
     forward or backward pass (None: no check).
     executor: "copy" (saved tensors copied to pinned buffers by torch) or "runtime" (libautovm
-    moves the real tensors' pages, runtime_executor.py; needs allocator.install("managed")
-    first); runtime_mode: "plan" or "demand_paging"; runtime_backend: "cuda", or "host" for
-    tests on the CPU.
+    moves the real tensors, runtime_executor.py; needs allocator.install("vmm") or
+    install("managed") first); runtime_mode: "plan" or "demand_paging" (managed pool only);
+    runtime_backend: "cuda", or "host" for tests on the CPU. Leaving the context brings every
+    tensor the runtime has off the device back.
     """
     from .planfile import Plan
 

@@ -36,45 +36,51 @@ OOM_MARK = "autovm_torch_alloc: out of memory"
 _state = {"lib": None, "mode": None}
 
 
-def _options(lib, memory, capacity_bytes, allow_oversubscribe, device):
+def _options(lib, memory, capacity_bytes, allow_oversubscribe, device, chunk_bytes=0):
     if memory not in MEMORIES:
         raise AutoVMError(f"allocator memory {memory!r}: use one of {sorted(MEMORIES)}")
     if int(capacity_bytes) < 0:
         raise AutoVMError(f"allocator capacity_bytes is {capacity_bytes}: give bytes >= 0 "
                           "(0: the device's free memory less 1 GiB)")
+    if int(chunk_bytes) < 0 or (int(chunk_bytes) and memory != "vmm"):
+        raise AutoVMError(f"allocator chunk_bytes is {chunk_bytes}: bytes >= 0, for the vmm pool "
+                          "only (0: the allocation granularity)")
     o = PoolOptions()
     lib.call("autovm_pool_options_init", ctypes.byref(o))
     o.memory = MEMORIES[memory]
     o.device = int(device)
     o.capacity_bytes = int(capacity_bytes)
     o.allow_oversubscribe = 1 if allow_oversubscribe else 0
+    o.chunk_bytes = int(chunk_bytes)
     return o
 
 
-def _configure(memory, capacity_bytes, allow_oversubscribe, device, lib_path):
+def _configure(memory, capacity_bytes, allow_oversubscribe, device, lib_path, chunk_bytes=0):
     if _state["lib"] is not None:
         raise AutoVMError("autovm.allocator is installed already: once a process")
     lib = Library.get(lib_path)
     if not lib._lib.autovm_cuda_built():
         raise AutoVMError(f"{lib.path} was built without CUDA: rebuild it with -Dcuda=enabled")
     lib.call("autovm_torch_configure", ctypes.byref(
-        _options(lib, memory, capacity_bytes, allow_oversubscribe, device)))
+        _options(lib, memory, capacity_bytes, allow_oversubscribe, device, chunk_bytes)))
     return lib
 
 
 def install(memory="managed", capacity_bytes=0, allow_oversubscribe=False, device=0,
-            lib_path=None):
+            lib_path=None, chunk_bytes=0):
     """Makes libautovm's pool PyTorch's CUDA allocator, for the rest of the process.
 
     memory: "managed" (one cudaMallocManaged range advised to the device) or "vmm" (device
-    memory mapped in 2 MiB chunks; trim() gives it back). capacity_bytes: the most device memory the
+    memory mapped in chunks of chunk_bytes, 0: the 2 MiB granularity; trim() gives it back;
+    attach(..., executor="runtime") unmaps an evicted tensor's chunks, so larger chunks mean
+    fewer driver calls a step). capacity_bytes: the most device memory the
     pool holds (0: the device's free memory less 1 GiB); more than is free is refused unless
     allow_oversubscribe (managed only: on a GPU that is yours alone). device: the device index
     the process trains on (the pool serves one). Call it before anything allocates CUDA memory:
     PyTorch cannot swap its allocator afterwards."""
     import torch
 
-    lib = _configure(memory, capacity_bytes, allow_oversubscribe, device, lib_path)
+    lib = _configure(memory, capacity_bytes, allow_oversubscribe, device, lib_path, chunk_bytes)
     hooks = torch.cuda.memory.CUDAPluggableAllocator(lib.path, "autovm_torch_alloc",
                                                      "autovm_torch_free")
     try:

@@ -244,6 +244,8 @@ class _Hooks:
             self._prefetch(e)
             self.stats.late_prefetches += 1
         g = e.gpu
+        if self.runtime is not None and self.runtime.pages and e.tid is not None:
+            self.runtime.require(e.tid)  # the runtime may have its pages off the device
         self.copies.wait_copy_back(e)
         self.copies.wait_copy_out(e)  # unpacked before its eviction was released
         e.uses -= 1

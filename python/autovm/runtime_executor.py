@@ -1,7 +1,7 @@
 """The runtime backend of the adapter's executor (attach(..., executor="runtime")): libautovm
 executes the plan on the trainer's own tensors; Python moves no bytes.
 
-    allocator.install("managed")              # PyTorch's tensors on libautovm's managed pool
+    allocator.install("vmm")                  # PyTorch's tensors on libautovm's vmm pool
     with autovm.attach(model, opt, plan, executor="runtime") as run:
         ...train as usual...
     run.runtime.stats()                       # the runtime's figures (autovm_stats)
@@ -22,9 +22,17 @@ step <= pos has been enqueued on the compute stream):
             runtime runs with AUTOVM_MEMORY_TRAINER: it owns no arena, skips (and counts) the
             actions of tensors not bound, and forgets a non-persistent tensor's binding when
             its lifetime ends, so every training step binds again (addresses change).
-  moving    the runtime's copy streams, events against the compute stream, by migration
-            (cudaMemPrefetchAsync): a range PyTorch freed and reused before the plan expected
-            is moved, never overwritten (runtime/include/autovm/autovm.h).
+  moving    the runtime's copy streams, events against the compute stream, by the pool's memory
+            (runtime/include/autovm/autovm.h, AUTOVM_MEMORY_TRAINER):
+              vmm      the mapped mechanism: the copy engine takes an evicted tensor's bytes
+                       to pinned host memory, one stream each way, and its pages are unmapped
+                       (its address stays); a prefetch maps them and copies the bytes back,
+                       unless PyTorch freed the tensor meanwhile. A saved tensor autograd
+                       unpacks is required first (require()): a late or wrong plan costs a
+                       wait, never a read of memory that is not there.
+              managed  the prefetch mechanism, by migration (cudaMemPrefetchAsync): a range
+                       PyTorch freed and reused before the plan expected is moved, never
+                       overwritten; 3-13 GB/s to the host on the H200 (BENCHMARKS.md).
   recompute plan tensors the plan discards and recomputes are not bound: the adapter's own op
             replay (adapter.py) drops and remakes them, and the runtime's discard of them is
             skipped.
@@ -39,21 +47,33 @@ from ._lib import (BACKENDS, MEMORY_TRAINER, MODES, Library, RuntimeOptions, Run
 from .errors import AutoVMError, LibraryError
 
 
+# The runtime's mechanism for the pool PyTorch's tensors lie in.
+POOL_MECHANISMS = {"vmm": "mapped", "managed": "prefetch"}
+
+
 def make_runtime(plan, mode="plan", backend="cuda"):
     """The RuntimeExecutor of attach(..., executor="runtime"): on CUDA, over the library of
-    autovm.allocator, which must be installed as PyTorch's allocator on managed memory."""
+    autovm.allocator, which must be installed as PyTorch's allocator (vmm: copies and
+    unmapped pages; managed: migration). Demand paging needs the managed pool."""
     if backend != "cuda":
         return RuntimeExecutor(plan, mode=mode, backend=backend)
     from . import allocator
-    if allocator.installed() != "global" or allocator.memory() != "managed":
+    if allocator.installed() != "global":
         raise AutoVMError(
             "attach(..., executor='runtime') moves PyTorch's tensors where they lie, so they "
-            "must lie in libautovm's managed pool: call autovm.allocator.install('managed') "
+            "must lie in libautovm's pool: call autovm.allocator.install('vmm') (or 'managed') "
             "before the first CUDA tensor (installed now: "
-            f"{allocator.installed() or 'none'}"
-            + (f", {allocator.memory()}" if allocator.installed() else "") + ")")
-    return RuntimeExecutor(plan, mode=mode, backend=backend, lib=allocator.library())
+            f"{allocator.installed() or 'none'})")
+    memory = allocator.memory()
+    if mode == "demand_paging" and memory != "managed":
+        raise AutoVMError("runtime_mode='demand_paging' faults pages back, which only managed "
+                          "memory does: install the allocator with 'managed'")
+    return RuntimeExecutor(plan, mode=mode, backend=backend, lib=allocator.library(),
+                           mechanism=POOL_MECHANISMS[memory])
 
+
+# What an optimizer step reads: the plan's kinds.
+OPTIMIZER_READS = ("parameter", "gradient", "optimizer_state")
 
 # torch.optim's state keys -> the planner's optimizer state names (compiler/training/optimizer.cc).
 STATE_NAMES = {"momentum_buffer": "momentum", "exp_avg": "adam_m", "exp_avg_sq": "adam_v"}
@@ -65,16 +85,20 @@ class RuntimeExecutor:
     mode: "plan" (evict and prefetch as planned) or "demand_paging" (the plan's evictions, no
     prefetches: pages fault back when touched). backend: "cuda", or "host" (tests on the CPU:
     the host backend counts the moves and leaves the bytes alone).
+    mechanism: the CUDA backend's, for the pool the tensors lie in (POOL_MECHANISMS).
     calls: None, or a list that records every call made to the runtime (tests)."""
 
     def __init__(self, plan, *, mode="plan", backend="cuda", lib=None, budget_bytes=0,
-                 calls=None):
+                 calls=None, mechanism="prefetch"):
         if mode not in MODES:
             raise AutoVMError(f"runtime mode {mode!r}: use one of {sorted(MODES)}")
         if backend not in BACKENDS:
             raise AutoVMError(f"runtime backend {backend!r}: use one of {sorted(BACKENDS)}")
         self.lib = lib if lib is not None else Library.get()
         self.plan, self.backend, self.mode = plan, backend, mode
+        # Whether the runtime takes pages off the device (the mapped mechanism): then a tensor
+        # read outside the plan's boundaries must be required first (require()).
+        self.pages = backend == "cuda" and mechanism == "mapped"
         self.calls = calls
         self.steps = len(plan.steps)
         self.next = 0          # the plan step step_begin expects (steps: the training step is over)
@@ -90,7 +114,7 @@ class RuntimeExecutor:
             self.lib.call("autovm_runtime_options_init", ctypes.byref(o))
             o.backend = BACKENDS[backend]
             o.mode = MODES[mode]
-            o.mechanism = MECHANISMS["prefetch"] if backend == "cuda" else MECHANISMS["plan"]
+            o.mechanism = MECHANISMS[mechanism] if backend == "cuda" else MECHANISMS["plan"]
             o.memory = MEMORY_TRAINER
             o.budget_bytes = int(budget_bytes)
             rt = ctypes.c_void_p()
@@ -138,7 +162,9 @@ class RuntimeExecutor:
                            if self.plan.tensors[k]["persistent"]}
 
     def advance(self, pos):
-        """Every plan step <= pos has been enqueued: each is begun (if need be) and ended."""
+        """Every plan step <= pos has been enqueued: each is begun (if need be) and ended.
+        Step pos + 1 is begun too, before the trainer enqueues it, so that the compute stream's
+        waits for what it needs (prefetches due before it) come before its kernels."""
         pos = min(pos, self.steps - 1)
         while True:
             if self.running is not None and self.running <= pos:
@@ -146,7 +172,14 @@ class RuntimeExecutor:
             elif self.running is None and self.next <= pos:
                 self._begin(self.next)
             else:
-                return
+                break
+        if self.running is None and self.next == pos + 1 and self.next < self.steps:
+            self._begin(self.next)
+
+    def restore(self):
+        """Every bound tensor the runtime has off the device comes back (the current stream
+        waits): before the trainer reads its tensors outside the plan's training steps."""
+        self.lib.call("autovm_runtime_restore", self.handle, self._stream())
 
     def finish_training_step(self):
         """Ends the training step the runtime is in (every remaining plan step), if any."""
@@ -166,6 +199,12 @@ class RuntimeExecutor:
             self.advance(att.first_optimizer_step - 1)
             if getattr(att, "_grad_hooks", None) is None:
                 self.bind_gradients(att.model)
+            if self.pages:
+                # The optimizer's plan steps are begun only after it has run (one hook for all
+                # of them): what it reads must be on the device before it starts.
+                for tid in list(self._bound):
+                    if self.plan.tensors[tid]["kind"] in OPTIMIZER_READS:
+                        self.require(tid)
             return
         if att.optimizer is not None:
             self.bind_optimizer_state(att.model, att.optimizer)
@@ -215,6 +254,13 @@ class RuntimeExecutor:
         self._bound[tid] = ptr
         self.binds += 1
         return True
+
+    def require(self, tid):
+        """Plan tensor tid is about to be read on the current stream: the runtime brings its
+        bytes back first if they are off the device (autovm_tensor_require)."""
+        if self.calls is not None:
+            self.calls.append(("require", self.plan.tensors[tid]["name"]))
+        self.lib.call("autovm_tensor_require", self.handle, int(tid), self._stream())
 
     def bind_name(self, name, t):
         return self.bind(self.ids.get(name), t)

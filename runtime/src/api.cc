@@ -8,6 +8,7 @@
 #include "autovm/autovm.h"
 #include "backend.h"
 #include "c_boundary.h"
+#include "device_pool.h"
 #include "residency_layout.h"
 #include "executor.h"
 #include "plan.h"
@@ -123,9 +124,13 @@ std::unique_ptr<autovm::rt::Backend> make_cuda(const autovm::rt::Plan& p,
   if (o.free_margin_bytes > 0) cuda.free_margin_bytes = o.free_margin_bytes;
   cuda.allow_oversubscribe = o.allow_oversubscribe != 0;
   cuda.trainer_memory = trainer_memory(o.memory);
-  // The trainer's memory moves by migration alone (autovm.h, AUTOVM_MEMORY_TRAINER).
+  // The trainer's memory moves by migration unless the mapped mechanism is asked for
+  // (autovm.h, AUTOVM_MEMORY_TRAINER); mapped pages it on a vmm pool.
   if (cuda.trainer_memory && int_of(o.mechanism) == AUTOVM_MECHANISM_PLAN)
     cuda.mechanism = AUTOVM_MECHANISM_PREFETCH;
+  if (cuda.trainer_memory && cuda.mechanism == AUTOVM_MECHANISM_MAPPED)
+    cuda.pool = o.pool != nullptr ? &autovm::rt::device_pool_of(o.pool)
+                                  : &autovm::rt::torch_device_pool();
   return autovm::rt::make_cuda_backend(p, cuda);
 #else
   (void)p;
@@ -386,6 +391,20 @@ autovm_status autovm_tensor_residency(const autovm_runtime* rt, int32_t id, auto
     check_tensor(e.plan(), id, self);
     *out = e.residency(id);
   });
+}
+
+autovm_status autovm_tensor_require(autovm_runtime* rt, int32_t id, void* stream) {
+  const char* const self = __func__;
+  return guard([&] {
+    auto& e = executor_of(rt, self);
+    check_tensor(e.plan(), id, self);
+    e.require(id, stream);
+  });
+}
+
+autovm_status autovm_runtime_restore(autovm_runtime* rt, void* stream) {
+  const char* const self = __func__;
+  return guard([&] { executor_of(rt, self).restore(stream); });
 }
 
 autovm_status autovm_touch(autovm_runtime* rt, int64_t step, int32_t id) {

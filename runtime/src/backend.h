@@ -17,12 +17,17 @@
 
 namespace autovm::rt {
 
+class DevicePool;  // device_pool.h
+
 // Stalls measured on the compute stream, by step (CUDA backend; empty elsewhere).
 struct StallTimes {
   std::vector<double> by_step_us;  // [step] summed over the waits measured
   double total_us = 0;
   int64_t late = 0;      // waits that held the compute stream longer than kLateUs
   int64_t measured = 0;  // waits timed
+  // Trainer memory on a vmm pool (the mapped mechanism), counted by the backend:
+  int64_t late_requires = 0;     // require() calls that had to bring a tensor back or wait
+  int64_t stale_prefetches = 0;  // copies back skipped: the trainer had freed the allocation
 };
 inline constexpr double kLateUs = 5.0;
 
@@ -67,6 +72,13 @@ class Backend {
   // A discarded tensor is about to be written again by a recomputation: its memory must be back
   // (its contents need not be) before the step.
   virtual void recompute_prepare(const Tensor&, void*) {}
+  // The trainer is about to read t on `stream`: wherever the backend has its bytes, they are
+  // back in t's range before `stream` goes on (a late or wrong plan costs time, never a read of
+  // memory that is not there). Backends whose moves keep the bytes addressable do nothing.
+  virtual void require(const Tensor&, void*) {}
+  // Every bound tensor whose bytes the backend has off the device comes back, `stream` waiting
+  // for them (autovm_runtime_restore).
+  virtual void restore(void*) {}
   // step_begin(s) has made every wait it needs before step s.
   virtual void waits_done(StepIndex, void*) {}
   // The stalls measured so far (may synchronise with the device; valid until the next call);
@@ -101,11 +113,14 @@ struct CudaBackendOptions {
   int device = 0;
   int64_t free_margin_bytes = int64_t{1} << 30;
   bool allow_oversubscribe = false;
+  // Trainer memory with the mapped mechanism: the vmm pool the trainer's tensors lie in.
+  DevicePool* pool = nullptr;
   // staged: advise the arena cudaMemAdviseSetAccessedBy(device), so that the copy bringing a
   // discarded range back finds its pages mapped (cuda_backend.cc; off only to measure).
   bool advise_accessed_by = true;
-  // No arena: only the ranges the trainer binds, moved by migration (AUTOVM_MEMORY_TRAINER;
-  // the mechanism is then prefetch).
+  // No arena: only the ranges the trainer binds (AUTOVM_MEMORY_TRAINER), moved by migration
+  // (the prefetch mechanism, managed memory) or by the copy engine with their pages unmapped
+  // while they are away (the mapped mechanism, a vmm pool: trainer_paging.h).
   bool trainer_memory = false;
 };
 std::unique_ptr<Backend> make_cuda_backend(const Plan& plan, const CudaBackendOptions& options);

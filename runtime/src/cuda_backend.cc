@@ -26,9 +26,15 @@
 //             tensor's evict event: from that step the plan counts its memory free. These two
 //             are the only places the trainer's stream ever waits; the host never does.
 //   discard   managed: cudaMemDiscardBatchAsync after the step; mapped: nothing to do.
-//   trainer   (AUTOVM_MEMORY_TRAINER) no arena: only the managed ranges the trainer binds, by
-//             the prefetch mechanism, whose migrations never change a byte (the executor skips
-//             actions on tensors not bound).
+//   trainer   (AUTOVM_MEMORY_TRAINER) no arena: only the ranges the trainer binds (the executor
+//             skips actions on tensors not bound). Either managed ranges, by the prefetch
+//             mechanism, whose migrations never change a byte; or allocations of a vmm pool, by
+//             the mapped mechanism: the copies above, and the pages of an evicted tensor
+//             unmapped once its copy has landed and mapped again before its copy back
+//             (trainer_paging.h), so that device memory really follows the plan. A tensor the
+//             trainer freed meanwhile is not copied back; a free while copies are queued
+//             waits for them (DevicePool::hold); require() brings back one the trainer reads
+//             early.
 //
 // Streams: mapped copies each direction on its own stream (device memory reaches the link's
 // full duplex). Managed copies share one stream: on the H200, copies touching managed memory in
@@ -47,6 +53,7 @@
 
 #include "backend.h"
 #include "cuda_driver.h"
+#include "trainer_paging.h"
 
 namespace autovm::rt {
 namespace {
@@ -67,7 +74,7 @@ const char* name(autovm_mechanism m) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const Plan& plan, const CudaBackendOptions& options)
-      : options_(options), tensors_(plan.tensors.size()) {
+      : options_(options), tensors_(plan.tensors.size()), plan_tensors_(plan.tensors) {
     managed_ = options.mechanism != AUTOVM_MECHANISM_MAPPED;
     if (options.mode == AUTOVM_MODE_DEMAND_PAGING) {
       if (!managed_)
@@ -77,15 +84,22 @@ class CudaBackend final : public Backend {
       // pinned buffer that nothing brings back.
       options_.mechanism = AUTOVM_MECHANISM_PREFETCH;
     }
-    if (options_.trainer_memory && options_.mechanism != AUTOVM_MECHANISM_PREFETCH)
+    if (options_.trainer_memory && options_.mechanism == AUTOVM_MECHANISM_STAGED)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
-                  std::string("autovm_runtime_create: with memory AUTOVM_MEMORY_TRAINER the "
-                              "trainer's tensors move only by migration, not by the ") +
-                      name(options_.mechanism) +
-                      " mechanism (it writes into ranges the trainer may have reused); use "
-                      "mechanism AUTOVM_MECHANISM_PREFETCH or AUTOVM_MECHANISM_PLAN");
+                  "autovm_runtime_create: with memory AUTOVM_MEMORY_TRAINER the trainer's "
+                  "tensors move by migration (mechanism AUTOVM_MECHANISM_PREFETCH, managed "
+                  "memory) or by copies with their pages unmapped (AUTOVM_MECHANISM_MAPPED, a "
+                  "vmm pool), not by the staged mechanism (its discards would drop bytes of "
+                  "ranges the trainer may have reused)");
     try {
       select_device();
+      if (options_.trainer_memory && !managed_) {
+        if (options_.pool == nullptr)
+          throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                      "autovm_runtime_create: the mapped mechanism on trainer memory needs the "
+                      "vmm pool the trainer's tensors lie in");
+        paging_ = std::make_unique<TrainerPaging>(*options_.pool, plan.tensors.size());
+      }
       if (!options_.trainer_memory) {  // else only the ranges the trainer binds
         arena_bytes_ = std::max<int64_t>(plan.memory_bytes(), 1);
         check_fits();
@@ -110,7 +124,33 @@ class CudaBackend final : public Backend {
     }
   }
 
-  ~CudaBackend() override { release(); }
+  ~CudaBackend() override {
+    restore_trainer_memory();
+    release();
+  }
+
+  // Trainer paging: the trainer keeps its tensors after the runtime is gone (a plan may end a
+  // training step with parameters on the host), so every one still away comes back first.
+  // Errors are ignored, as in release().
+  void restore_trainer_memory() noexcept {
+    if (!paging_) return;
+    try {
+      for (const Tensor& t : plan_tensors_)
+        if (Backend::bound(t) && paging_->away(t)) copy_back(t);
+      cudaStreamSynchronize(in_stream_);
+    } catch (...) {
+    }
+  }
+
+  void restore(void* stream) override {
+    if (!paging_) return;
+    for (const Tensor& t : plan_tensors_) {
+      if (!Backend::bound(t) || !paging_->away(t)) continue;
+      copy_back(t);
+      wait_ready(state(t).ready, stream);
+      state(t).copying_in = false;
+    }
+  }
 
   // Frees whatever was allocated. Errors are ignored: nothing could report them, and the
   // memory goes either way.
@@ -118,6 +158,7 @@ class CudaBackend final : public Backend {
     cudaSetDevice(options_.device);
     if (out_stream_) cudaStreamSynchronize(out_stream_);
     if (in_stream_ && in_stream_ != out_stream_) cudaStreamSynchronize(in_stream_);
+    paging_.reset();  // its holds name the events destroyed below
     for (auto& t : tensors_) {
       if (t.evicted) cudaEventDestroy(t.evicted);
       if (t.ready) cudaEventDestroy(t.ready);
@@ -157,6 +198,12 @@ class CudaBackend final : public Backend {
                                   : std::string("device or managed memory of device ") +
                                         std::to_string(options_.device)));
     }
+    if (paging_) {
+      // A binding ends with the tensor's lifetime: one still away comes back first, so the
+      // trainer never keeps a range whose pages are gone.
+      if (Backend::bound(t) && paging_->away(t)) copy_back(t);
+      paging_->bind(t, p);
+    }
     Backend::bind(t, p);
   }
   bool has_memory() const override { return true; }
@@ -164,6 +211,7 @@ class CudaBackend final : public Backend {
   void step_enqueued(StepIndex, void* stream) override {
     check(cudaEventRecord(step_event_, as_stream(stream)), "cudaEventRecord (step)");
     out_waited_ = in_waited_ = false;
+    if (paging_) paging_->poll();
   }
 
   void evict_issue(const Tensor& t, void*) override {
@@ -184,11 +232,18 @@ class CudaBackend final : public Backend {
         break;
     }
     record(st.evicted, out_stream_, t);
+    if (paging_) {
+      paging_->hold(t, st.evicted);
+      paging_->evicting(t, pointer(t), st.evicted);
+    }
   }
 
   // The plan counts the tensor's memory free from here: the compute stream waits for the copy
   // out (and the discard) to finish, so the resident bytes never exceed the budget in time.
-  void evict_complete(const Tensor& t, void* stream) override { wait_ready(state(t).evicted, stream); }
+  void evict_complete(const Tensor& t, void* stream) override {
+    wait_ready(state(t).evicted, stream);
+    if (paging_) paging_->page_out_now(t);
+  }
 
   void prefetch_issue(const Tensor& t, const Action& a, void*) override {
     wait_for_step(in_stream_);
@@ -199,6 +254,10 @@ class CudaBackend final : public Backend {
       cudaEvent_t evicted = tensors_[static_cast<size_t>(other)].evicted;
       if (evicted && in_stream_ != out_stream_)
         check(cudaStreamWaitEvent(in_stream_, evicted, 0), "cudaStreamWaitEvent (range free)");
+    }
+    if (paging_) {
+      bring_back(t);
+      return;
     }
     switch (options_.mechanism) {
       case AUTOVM_MECHANISM_PREFETCH:
@@ -219,6 +278,7 @@ class CudaBackend final : public Backend {
 
   void prefetch_complete(const Tensor& t, void* stream) override {
     wait_ready(state(t).ready, stream);
+    state(t).copying_in = false;
   }
 
   // The trainer's memory is never discarded (its bytes may belong to a tensor the trainer still
@@ -232,6 +292,12 @@ class CudaBackend final : public Backend {
   }
 
   void recompute_prepare(const Tensor& t, void* stream) override {
+    if (paging_) {  // the trainer's bytes were copied out, not dropped: they come back
+      if (paging_->away(t)) copy_back(t);
+      wait_ready(state(t).ready, stream);
+      state(t).copying_in = false;
+      return;
+    }
     if (!managed_ || options_.mode == AUTOVM_MODE_DEMAND_PAGING) return;
     State& st = state(t);
     if (st.evicted && in_stream_ != out_stream_)
@@ -245,6 +311,19 @@ class CudaBackend final : public Backend {
     }
     record(st.ready, in_stream_, t);
     wait_ready(st.ready, stream);
+  }
+
+  void require(const Tensor& t, void* stream) override {
+    if (!paging_) return;
+    State& st = state(t);
+    if (paging_->away(t)) {
+      copy_back(t);
+    } else if (!st.copying_in) {
+      return;
+    }
+    ++stalls_.late_requires;
+    wait_ready(st.ready, stream);
+    st.copying_in = false;
   }
 
   void waits_done(StepIndex s, void* stream) override {
@@ -274,6 +353,7 @@ class CudaBackend final : public Backend {
     cudaEvent_t evicted = nullptr;  // recorded after the tensor's last evict or discard
     cudaEvent_t ready = nullptr;    // recorded after its last prefetch
     int64_t shadow_offset = -1;     // in the pinned buffer; -1: none
+    bool copying_in = false;        // trainer paging: a copy back not yet waited for
   };
   struct Wait {
     StepIndex step;
@@ -383,14 +463,42 @@ class CudaBackend final : public Backend {
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
 
+  // Trainer paging: the pages of t come back (or never went) and its bytes are copied back on
+  // the in stream after its copy out, unless the trainer freed it; records t's ready event.
+  void bring_back(const Tensor& t) {
+    State& st = state(t);
+    switch (paging_->bring_back(t, pointer(t))) {
+      case TrainerPaging::Back::kCopy:
+        copy(pointer(t), shadow(t), t, in_stream_, "to the device");
+        st.copying_in = true;
+        break;
+      case TrainerPaging::Back::kIntact:
+        break;
+      case TrainerPaging::Back::kStale:
+        ++stalls_.stale_prefetches;
+        break;
+    }
+    record(st.ready, in_stream_, t);
+    paging_->hold(t, st.ready);
+  }
+
+  // bring_back outside the plan's prefetch: after the tensor's copy out.
+  void copy_back(const Tensor& t) {
+    State& st = state(t);
+    if (st.evicted) check(cudaStreamWaitEvent(in_stream_, st.evicted, 0), "cudaStreamWaitEvent (evicted)");
+    bring_back(t);
+  }
+
   // One pinned host buffer with a slot per tensor the plan moves through the copy engine
-  // (staged, mapped): every evicted tensor, and the persistent ones kept on the host.
+  // (staged, mapped): every evicted tensor, and the persistent ones kept on the host; with
+  // trainer paging the discarded ones too (the trainer's bytes are copied out, never dropped).
   void allocate_shadows(const Plan& plan) {
     if (options_.mechanism == AUTOVM_MECHANISM_PREFETCH || options_.mode != AUTOVM_MODE_PLAN)
       return;
     std::vector<bool> moved(plan.tensors.size(), false);
     for (const Action& a : plan.actions)
-      if (a.kind == AUTOVM_ACTION_EVICT) moved[static_cast<size_t>(a.tensor)] = true;
+      if (a.kind == AUTOVM_ACTION_EVICT || (paging_ && a.kind == AUTOVM_ACTION_DISCARD))
+        moved[static_cast<size_t>(a.tensor)] = true;
     for (const Tensor& t : plan.tensors)
       if (t.starts_on_host) moved[static_cast<size_t>(t.id)] = true;
     int64_t total = 0;
@@ -520,11 +628,13 @@ class CudaBackend final : public Backend {
   CUdeviceptr mapped_base_ = 0;
   size_t mapped_bytes_ = 0;
   CUmemGenericAllocationHandle mapped_handle_ = 0;
+  std::unique_ptr<TrainerPaging> paging_;  // trainer memory on a vmm pool
 
   cudaStream_t out_stream_ = nullptr, in_stream_ = nullptr;
   cudaEvent_t step_event_ = nullptr;
   bool out_waited_ = false, in_waited_ = false;
   std::vector<State> tensors_;
+  std::vector<Tensor> plan_tensors_;  // the plan's, for restore_trainer_memory
 
   bool wait_open_ = false;
   cudaEvent_t wait_before_ = nullptr;

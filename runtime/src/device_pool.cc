@@ -9,11 +9,23 @@
 //            first reaches it (so kernels never fault), once the device has that much free
 //            memory less the margin; populated chunks stay until the pool goes (the driver
 //            gives managed pages back only with the range).
-//   vmm      an address range of twice the capacity, so that fragmentation of the addresses
-//            never refuses what the capacity allows. Chunk i (the allocation granularity) is
+//   vmm      an address range of twice the capacity plus the device's memory (what a runtime
+//            may have paged out), so that fragmentation of the addresses never refuses what
+//            the capacity allows. Chunk i (the allocation granularity) is
 //            mapped while an allocation overlaps it, counted in users_[i]; a chunk whose users
 //            drop to 0 stays mapped (a training step frees and reallocates the same bytes each
 //            step: remapping would cost 61 + 46 us a 2 MiB chunk on the H200) until trim().
+//            The chunk is the allocation granularity, or a multiple of it (chunk_bytes). An
+//            allocation of a chunk or more starts on a chunk boundary and owns whole chunks
+//            (its block asks for a chunk more, for the alignment: addresses, not memory).
+//
+// Paging (vmm): a runtime that moves a trainer's allocation to the host unmaps and releases
+// the chunks wholly inside it (page_out) and maps them again before copying it back (page_in).
+// A chunk with users but no memory is paged out; an allocation that reaches a chunk without
+// memory maps it, whoever paged it out. Every allocation gets a serial, so that a runtime pages
+// only the allocation it bound, never one the trainer made later at the same address; and a
+// hold makes the free of an allocation whose copies are still queued on a runtime's stream
+// wait for them on the device.
 //
 // One range, not one per request: per-request ranges fragmented VGG-19's training (tensors of
 // 3.29 GB each took a range of their own, later split by small tensors) to twice its bytes.
@@ -22,13 +34,17 @@
 // cudaEventRecord(tag's stream) + cudaStreamWaitEvent(allocating stream). One event serves every
 // such wait: a wait takes the event's latest record at the time it is enqueued.
 //
-// Giving memory back (trim, or a vmm allocation over the capacity) first synchronises the
-// device: a kernel still queued on a freed block must not find its pages gone.
+// Giving memory back: a kernel still queued on a freed block must not find its pages gone. A
+// vmm allocation (or page-in) over the capacity first gives back the unused chunks whose last
+// free the device has passed (each free that leaves a chunk unused records an event on its
+// stream), and synchronises the device only if that is not enough; trim always synchronises.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <deque>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cuda_driver.h"
@@ -114,6 +130,8 @@ class CudaPool final : public DevicePool {
       vmm_.address_free(va_base_, va_bytes_);
     }
     if (order_event_) cudaEventDestroy(order_event_);
+    for (const FreeMark& f : frees_) cudaEventDestroy(f.event);
+    for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
   }
 
   int device() const override { return options_.device; }
@@ -131,7 +149,12 @@ class CudaPool final : public DevicePool {
                       " (one pool a device: a process a GPU)");
     if (bytes == 0) return nullptr;
     const auto tag = reinterpret_cast<SubAllocator::Tag>(stream);
-    auto taken = take(bytes, tag);
+    // vmm: an allocation of a chunk or more starts on a chunk and owns whole chunks, so that a
+    // runtime paging it out gives back all of it, not its inside less two edge chunks.
+    const bool whole = va_base_ && bytes >= static_cast<int64_t>(chunk_);
+    const int64_t span = whole ? round_up(bytes, static_cast<int64_t>(chunk_)) : bytes;
+    const int64_t ask = whole ? span + static_cast<int64_t>(chunk_) : bytes;
+    auto taken = take(ask, tag, whole ? span : 0);
     if (!taken) {
       ++stats_.failed_allocations;
       stats_.last_failed_bytes = bytes;
@@ -144,24 +167,55 @@ class CudaPool final : public DevicePool {
             "cudaStreamWaitEvent on the allocating stream");
       ++stats_.cross_stream_waits;
     }
-    stats_.allocated_bytes = static_cast<int64_t>(sub_.requested_bytes());
+    uintptr_t address = taken->address;
+    if (whole) {
+      address = static_cast<uintptr_t>(round_up(static_cast<int64_t>(taken->address - va_base_),
+                                                static_cast<int64_t>(chunk_))) + va_base_;
+      whole_[address] = Whole{taken->address, static_cast<uint64_t>(bytes),
+                              static_cast<uint64_t>(span)};
+      whole_by_block_[taken->address] = address;
+      padding_bytes_ += static_cast<uint64_t>(ask - bytes);
+    }
+    stats_.allocated_bytes = allocated();
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
-    return reinterpret_cast<void*>(taken->address);
+    serials_[address] = ++serial_count_;
+    return reinterpret_cast<void*>(address);
   }
 
   void deallocate(void* ptr, void* stream) override {
     if (ptr == nullptr) return;
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.free_calls;
-    const auto freed = sub_.free(reinterpret_cast<uintptr_t>(ptr),
-                                 reinterpret_cast<SubAllocator::Tag>(stream));
-    if (va_base_) unuse_chunks(freed.address, freed.bytes);
-    stats_.allocated_bytes = static_cast<int64_t>(sub_.requested_bytes());
+    const auto address = reinterpret_cast<uintptr_t>(ptr);
+    const auto serial = serials_.find(address);
+    const auto held = holds_.find(address);
+    if (held != holds_.end()) {
+      if (serial != serials_.end() && held->second.serial == serial->second)
+        check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
+                                  static_cast<cudaEvent_t>(held->second.event), 0),
+              "cudaStreamWaitEvent for a runtime's copies of a freed allocation");
+      holds_.erase(held);
+    }
+    const auto whole = whole_.find(address);
+    const uintptr_t block = whole != whole_.end() ? whole->second.block : address;
+    const auto freed = sub_.free(block, reinterpret_cast<SubAllocator::Tag>(stream));
+    if (serial != serials_.end()) serials_.erase(serial);
+    bool unused = false;  // a chunk no allocation uses now
+    if (whole != whole_.end()) {
+      unused = unuse_chunks(address, whole->second.span);
+      padding_bytes_ -= freed.requested - whole->second.requested;
+      whole_by_block_.erase(block);
+      whole_.erase(whole);
+    } else if (va_base_) {
+      unused = unuse_chunks(freed.address, freed.bytes);
+    }
+    if (unused) mark_free(static_cast<cudaStream_t>(stream));
+    stats_.allocated_bytes = allocated();
   }
 
   std::optional<SubAllocator::Allocation> find(const void* address) const override {
     std::lock_guard<std::mutex> lock(mutex_);
-    return sub_.find(reinterpret_cast<uintptr_t>(address));
+    return find_locked(reinterpret_cast<uintptr_t>(address));
   }
 
   autovm_pool_stats stats() const override {
@@ -184,20 +238,122 @@ class CudaPool final : public DevicePool {
     release_unused();
   }
 
+  std::optional<Live> live(const void* address, uint64_t bytes) const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto a = find_locked(reinterpret_cast<uintptr_t>(address));
+    if (!a || reinterpret_cast<uintptr_t>(address) + bytes > a->address + a->requested)
+      return std::nullopt;
+    const auto serial = serials_.find(a->address);
+    if (serial == serials_.end()) return std::nullopt;
+    return Live{a->address, a->requested, serial->second};
+  }
+
+  bool pages() const override { return va_base_ != 0; }
+
+  int64_t page_out(const Live& a, uintptr_t address, uint64_t bytes) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!va_base_ || !is_live(a) || bytes == 0) return 0;
+    // The chunks wholly inside the range: an edge chunk may hold a neighbour's bytes.
+    const uintptr_t begin = (address - va_base_ + chunk_ - 1) / chunk_;
+    uintptr_t end = (address + bytes - va_base_) / chunk_;
+    const auto whole = whole_.find(a.address);  // owns its last chunk too
+    if (whole != whole_.end() && address == a.address && bytes >= whole->second.requested)
+      end = (address + whole->second.span - va_base_) / chunk_;
+    int64_t released = 0;
+    for (uintptr_t i = begin; i < end; ++i)
+      if (handles_[i]) {
+        unmap_chunk(i);
+        released += static_cast<int64_t>(chunk_);
+      }
+    stats_.paged_out_bytes += released;
+    return released;
+  }
+
+  bool page_in(const Live& a, uintptr_t address, uint64_t bytes) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!va_base_ || bytes == 0) return true;
+    if (!is_live(a)) return false;
+    const auto [first, last] = chunks_of(address, bytes);
+    int64_t needed = 0;
+    for (size_t i = first; i <= last; ++i)
+      if (!handles_[i]) needed += static_cast<int64_t>(chunk_);
+    // The tensor is the trainer's, so it comes back whatever the capacity says; what no
+    // allocation uses goes first, so that the pool stays within it where it can.
+    if (resident_ + needed > capacity_) release_settled();
+    if (resident_ + needed > capacity_) release_unused();
+    for (size_t i = first; i <= last; ++i) {
+      if (handles_[i]) continue;
+      if (!map_chunk(i)) {
+        release_unused();  // synchronises, then gives back the chunks no allocation uses
+        if (!map_chunk(i))
+          throw Error(AUTOVM_ERR_OUT_OF_MEMORY,
+                      "out of memory: CUDA device " + std::to_string(options_.device) +
+                          " has no " + gib(static_cast<int64_t>(chunk_)) +
+                          " left to bring a paged-out tensor back (" + gib(resident_) +
+                          " held by the vmm pool)");
+      }
+      stats_.paged_in_bytes += static_cast<int64_t>(chunk_);
+    }
+    return true;
+  }
+
+  void hold(const Live& a, void* event, const void* owner) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!is_live(a)) return;
+    holds_[a.address] = Hold{a.serial, event, owner};
+  }
+
+  void drop_holds(const void* owner) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = holds_.begin(); it != holds_.end();)
+      it = it->second.owner == owner ? holds_.erase(it) : std::next(it);
+  }
+
  private:
+  int64_t allocated() const {
+    return static_cast<int64_t>(sub_.requested_bytes() - padding_bytes_);
+  }
+
+  // The allocation `address` lies in, as its caller sees it (a whole-chunk allocation from its
+  // chunk-aligned start, its bytes as asked for).
+  std::optional<SubAllocator::Allocation> find_locked(uintptr_t address) const {
+    auto a = sub_.find(address);
+    if (!a) return std::nullopt;
+    const auto whole = whole_by_block_.find(a->address);
+    if (whole == whole_by_block_.end()) return a;
+    const Whole& w = whole_.at(whole->second);
+    if (address < whole->second || address >= whole->second + w.requested) return std::nullopt;
+    return SubAllocator::Allocation{whole->second, w.requested, w.span};
+  }
+
+  bool is_live(const Live& a) const {
+    const auto serial = serials_.find(a.address);
+    return serial != serials_.end() && serial->second == a.serial;
+  }
+
   // A block for `bytes`, its chunks populated or mapped; nullopt when the capacity (or the
   // device's free memory, for managed chunks) refuses.
-  std::optional<SubAllocator::Taken> take(int64_t bytes, SubAllocator::Tag tag) {
+  // `span` > 0: only the `span` bytes from the block's first chunk boundary are used (mapped).
+  std::optional<SubAllocator::Taken> take(int64_t bytes, SubAllocator::Tag tag, int64_t span = 0) {
     auto taken = sub_.allocate(static_cast<uint64_t>(bytes), tag);
     if (!taken) return std::nullopt;  // the address range is full
+    auto used = [&] {
+      if (span == 0) return std::pair<uintptr_t, uint64_t>{taken->address, taken->bytes};
+      const auto start = static_cast<uintptr_t>(round_up(
+                             static_cast<int64_t>(taken->address - va_base_),
+                             static_cast<int64_t>(chunk_))) + va_base_;
+      return std::pair<uintptr_t, uint64_t>{start, static_cast<uint64_t>(span)};
+    };
     if (managed_base_) {
       if (populate(taken->address, taken->bytes, tag)) return taken;
       sub_.free(taken->address, taken->after);
       return std::nullopt;
     }
-    if (!use_chunks(taken->address, taken->bytes)) {
-      release_unused();  // synchronises: every free block is then kAnyStream
-      if (!use_chunks(taken->address, taken->bytes)) {
+    const auto [start, length] = used();
+    if (!use_chunks(start, length)) {
+      release_settled();  // chunks whose frees the device has passed: no wait
+      if (!use_chunks(start, length)) release_unused();  // synchronises: every free block is then kAnyStream
+      if (!use_chunks(start, length)) {
         sub_.free(taken->address, SubAllocator::kAnyStream);
         return std::nullopt;
       }
@@ -280,13 +436,21 @@ class CudaPool final : public DevicePool {
     size_t granularity = 0;
     check(vmm_.granularity(&granularity, &prop_, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
           "cuMemGetAllocationGranularity");
-    chunk_ = granularity;
-    const auto g = static_cast<int64_t>(granularity);
-    va_bytes_ = static_cast<size_t>(round_up(capacity_, g) * 2);
-    check(vmm_.reserve(&va_base_, va_bytes_, granularity, 0, 0),
+    chunk_ = options_.chunk_bytes > 0
+                 ? static_cast<size_t>(round_up(options_.chunk_bytes,
+                                                static_cast<int64_t>(granularity)))
+                 : granularity;
+    const auto g = static_cast<int64_t>(chunk_);
+    // Addresses for twice what may be allocated: the capacity, and what a runtime may have
+    // paged out (live allocations without memory), at most the device's memory again.
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    va_bytes_ = static_cast<size_t>(round_up(capacity_ + static_cast<int64_t>(total), g) * 2);
+    check(vmm_.reserve(&va_base_, va_bytes_, chunk_, 0, 0),
           "cuMemAddressReserve of " + gib(static_cast<int64_t>(va_bytes_)) + " of addresses");
     handles_.assign(va_bytes_ / chunk_, 0);
     users_.assign(va_bytes_ / chunk_, 0);
+    freed_at_.assign(va_bytes_ / chunk_, 0);
     sub_.add_region(static_cast<uintptr_t>(va_base_), va_bytes_);
   }
 
@@ -318,9 +482,48 @@ class CudaPool final : public DevicePool {
     return true;
   }
 
-  void unuse_chunks(uintptr_t address, uint64_t bytes) {
+  // Returns whether a mapped chunk has no user now; those are stamped with the free's number.
+  bool unuse_chunks(uintptr_t address, uint64_t bytes) {
     const auto [first, last] = chunks_of(address, bytes);
-    for (size_t i = first; i <= last; ++i) --users_[i];
+    bool unused = false;
+    for (size_t i = first; i <= last; ++i)
+      if (--users_[i] == 0 && handles_[i]) {
+        freed_at_[i] = free_count_ + 1;
+        unused = true;
+      }
+    return unused;
+  }
+
+  // Free number free_count_ + 1 happened on `stream`: an event there says when the device has
+  // passed it (every use of the chunks it left unused is then done).
+  void mark_free(cudaStream_t stream) {
+    cudaEvent_t e = nullptr;
+    if (!spare_events_.empty()) {
+      e = spare_events_.back();
+      spare_events_.pop_back();
+    } else {
+      check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    }
+    check(cudaEventRecord(e, stream), "cudaEventRecord at a free");
+    frees_.push_back(FreeMark{++free_count_, e});
+  }
+
+  // Gives back the unused chunks whose last free the device has passed, without waiting: the
+  // frees are passed in order of their numbers as far as their events have completed.
+  void release_settled() {
+    while (!frees_.empty()) {
+      const cudaError_t done = cudaEventQuery(frees_.front().event);
+      if (done == cudaErrorNotReady) break;
+      check(done, "cudaEventQuery of a free");
+      settled_ = frees_.front().number;
+      spare_events_.push_back(frees_.front().event);
+      frees_.pop_front();
+    }
+    for (size_t i = 0; i < handles_.size(); ++i)
+      if (handles_[i] && users_[i] == 0 && freed_at_[i] <= settled_) {
+        unmap_chunk(i);
+        stats_.released_bytes += static_cast<int64_t>(chunk_);
+      }
   }
 
   bool map_chunk(size_t i) {
@@ -343,7 +546,6 @@ class CudaPool final : public DevicePool {
     check(vmm_.release(handles_[i]), "cuMemRelease of a pool chunk");
     handles_[i] = 0;
     resident_ -= static_cast<int64_t>(chunk_);
-    stats_.released_bytes += static_cast<int64_t>(chunk_);
   }
 
   // Synchronises the device, then gives back what no allocation uses.
@@ -352,15 +554,21 @@ class CudaPool final : public DevicePool {
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before giving pool memory back");
     sub_.retag_free();
     if (!va_base_) return;  // managed: populated pages go back only with the whole range
+    for (const FreeMark& f : frees_) spare_events_.push_back(f.event);
+    frees_.clear();
+    settled_ = free_count_;
     for (size_t i = 0; i < handles_.size(); ++i)
-      if (handles_[i] && users_[i] == 0) unmap_chunk(i);
+      if (handles_[i] && users_[i] == 0) {
+        unmap_chunk(i);
+        stats_.released_bytes += static_cast<int64_t>(chunk_);
+      }
   }
 
   std::string out_of_memory(int64_t bytes) const {
     return "out of memory: cannot allocate " + gib(bytes) + " on CUDA device " +
            std::to_string(options_.device) + " (" +
            (options_.memory == AUTOVM_POOL_VMM ? "vmm" : "managed") + " pool): " +
-           gib(static_cast<int64_t>(sub_.requested_bytes())) + " allocated in " +
+           gib(allocated()) + " allocated in " +
            std::to_string(sub_.allocation_count()) + " allocations, " + gib(resident_) +
            " held of a capacity of " + gib(capacity_) + ", largest free block " +
            gib(static_cast<int64_t>(sub_.largest_free_block()));
@@ -385,6 +593,34 @@ class CudaPool final : public DevicePool {
   size_t chunk_ = 0;
   std::vector<CUmemGenericAllocationHandle> handles_;  // 0: not mapped
   std::vector<uint32_t> users_;                        // live allocations overlapping the chunk
+  // Stream-ordered release: chunk i, unused since free number freed_at_[i], may go without a
+  // device synchronisation once the device has passed that free (settled_).
+  struct FreeMark {
+    uint64_t number;
+    cudaEvent_t event;
+  };
+  std::vector<uint64_t> freed_at_;
+  std::deque<FreeMark> frees_;  // not known passed yet, oldest first
+  std::vector<cudaEvent_t> spare_events_;
+  uint64_t free_count_ = 0, settled_ = 0;
+  // paging:
+  struct Hold {
+    uint64_t serial;
+    void* event;  // cudaEvent_t
+    const void* owner;
+  };
+  std::unordered_map<uintptr_t, uint64_t> serials_;  // live allocation's address -> serial
+  uint64_t serial_count_ = 0;
+  std::unordered_map<uintptr_t, Hold> holds_;        // by the allocation's address
+  // whole-chunk allocations (vmm):
+  struct Whole {
+    uintptr_t block;     // SubAllocator's block, which starts up to a chunk before
+    uint64_t requested;  // the bytes asked for
+    uint64_t span;       // the whole chunks it owns
+  };
+  std::unordered_map<uintptr_t, Whole> whole_;             // by the caller's address
+  std::unordered_map<uintptr_t, uintptr_t> whole_by_block_;  // block -> the caller's address
+  uint64_t padding_bytes_ = 0;  // SUM: what whole-chunk allocations asked beyond their bytes
 };
 
 }  // namespace

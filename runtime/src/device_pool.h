@@ -19,6 +19,7 @@ struct DevicePoolOptions {
   autovm_pool_memory memory = AUTOVM_POOL_MANAGED;
   int device = 0;
   int64_t capacity_bytes = 0;  // 0: the device's free memory less the margin
+  int64_t chunk_bytes = 0;     // vmm: the unit mapped (0: the allocation granularity)
   int64_t free_margin_bytes = int64_t{1} << 30;
   bool allow_oversubscribe = false;
 };
@@ -34,7 +35,39 @@ class DevicePool {
   virtual autovm_pool_stats stats() const = 0;
   virtual void reset_peaks() = 0;
   virtual void trim() = 0;
+
+  // Paging the trainer's allocations (vmm pools; runtime/README.md, "The trainer's memory on
+  // the vmm pool"). An allocation is named by its base address and the serial the pool gave it
+  // (a later allocation at the same address has another serial), so that a runtime never pages
+  // an allocation the trainer freed in the meantime.
+  struct Live {
+    uintptr_t address;
+    uint64_t bytes;   // asked for
+    uint64_t serial;  // 1, 2, ...: the pool's count of allocations when it was made
+  };
+  // The live allocation that [address, address + bytes) lies in; nullopt if none.
+  virtual std::optional<Live> live(const void* address, uint64_t bytes) const = 0;
+  // Whether page_out and page_in do anything (vmm pools).
+  virtual bool pages() const = 0;
+  // Unmaps and releases the chunks wholly inside [address, address + bytes) of allocation
+  // `serial`; returns the bytes given back (0 when the allocation is gone or none are whole).
+  // The caller guarantees that no queued work touches the range.
+  virtual int64_t page_out(const Live& a, uintptr_t address, uint64_t bytes) = 0;
+  // Maps again the chunks of [address, address + bytes) that have no memory; false (nothing
+  // done) when allocation `serial` is gone. Throws AUTOVM_ERR_OUT_OF_MEMORY when the device
+  // has no memory for them (the capacity does not refuse: the range is the trainer's).
+  virtual bool page_in(const Live& a, uintptr_t address, uint64_t bytes) = 0;
+  // Work on another stream uses allocation `a` until `event` (a cudaEvent_t of `owner`)
+  // completes: when the trainer frees it, the freeing stream first waits for the event's latest
+  // record. A hold lasts until the allocation is freed or its owner drops it.
+  virtual void hold(const Live& a, void* event, const void* owner) = 0;
+  virtual void drop_holds(const void* owner) = 0;
 };
+
+// The process-wide pool of PyTorch's allocator hooks (autovm_torch_pool), created on first use.
+DevicePool& torch_device_pool();
+// The pool behind a C handle (not NULL).
+DevicePool& device_pool_of(autovm_pool* pool);
 
 // Throws Error(AUTOVM_ERR_BACKEND) in a build without CUDA.
 std::unique_ptr<DevicePool> make_device_pool(const DevicePoolOptions& options);

@@ -287,6 +287,12 @@ void Executor::touch(StepIndex s, TensorId id) {
                   "resident there: check it with 'autovm-inspect verify', or plan again");
 }
 
+void Executor::require(TensorId id, void* stream) {
+  const Tensor& t = tensor(id);
+  if (mode_ == AUTOVM_MODE_RESIDENT || !backend_->bound(t)) return;
+  backend_->require(t, stream);
+}
+
 void Executor::bind(TensorId id, void* p, int64_t bytes) {
   const Tensor& t = tensor(id);
   if (p != nullptr && bytes != t.bytes)
@@ -308,6 +314,8 @@ autovm_stats Executor::stats() const {
   out.stall_us = stalls.total_us;
   out.late_prefetches = stalls.late;
   out.measured_waits = stalls.measured;
+  out.late_requires = stalls.late_requires;
+  out.stale_prefetches = stalls.stale_prefetches;
   out.memory_bytes = trainer_memory_ ? 0 : plan_->memory_bytes();
   return out;
 }

@@ -61,6 +61,12 @@ class Executor {
   // throws Error otherwise.
   void bind(TensorId t, void* p, int64_t bytes);
   autovm_residency residency(TensorId t) const { return state_[static_cast<size_t>(t)]; }
+  // The trainer is about to read t on `stream` (autovm_tensor_require): a bound tensor's bytes
+  // are back before `stream` goes on, whatever the plan says (Backend::require).
+  void require(TensorId t, void* stream);
+  // Every bound tensor off the device comes back (autovm_runtime_restore); the plan's count
+  // is unchanged.
+  void restore(void* stream) { backend_->restore(stream); }
   // Reads the backend's stall timings too (may synchronise with the device).
   autovm_stats stats() const;
   void reset_stats();

@@ -90,10 +90,15 @@ DevicePoolOptions checked(const autovm_pool_options& o, const char* function) {
   };
   non_negative(o.capacity_bytes, "capacity_bytes");
   non_negative(o.free_margin_bytes, "free_margin_bytes");
+  non_negative(o.chunk_bytes, "chunk_bytes");
   DevicePoolOptions d;
   d.memory = static_cast<autovm_pool_memory>(memory);
   d.device = o.device;
   d.capacity_bytes = o.capacity_bytes;
+  d.chunk_bytes = o.chunk_bytes;
+  if (d.chunk_bytes > 0 && d.memory != AUTOVM_POOL_VMM)
+    throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                std::string(function) + ": chunk_bytes is for vmm pools only");
   if (o.free_margin_bytes > 0) d.free_margin_bytes = o.free_margin_bytes;
   d.allow_oversubscribe = o.allow_oversubscribe != 0;
   if (d.allow_oversubscribe && d.memory != AUTOVM_POOL_MANAGED)
@@ -121,6 +126,14 @@ autovm_pool_options options_from_environment() {
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT, std::string("AUTOVM_POOL_CAPACITY is '") +
                                                    capacity + "': give a number of bytes");
     o.capacity_bytes = bytes;
+  }
+  if (const char* chunk = std::getenv("AUTOVM_POOL_CHUNK")) {
+    char* end = nullptr;
+    const long long bytes = std::strtoll(chunk, &end, 10);
+    if (end == chunk || *end != '\0' || bytes < 0)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT, std::string("AUTOVM_POOL_CHUNK is '") + chunk +
+                                                   "': give a number of bytes");
+    o.chunk_bytes = bytes;
   }
   if (const char* over = std::getenv("AUTOVM_POOL_ALLOW_OVERSUBSCRIBE"))
     o.allow_oversubscribe = std::string(over) == "1";
@@ -159,6 +172,11 @@ autovm_pool* torch_pool_or_throw() {
 }
 
 }  // namespace
+
+namespace autovm::rt {
+DevicePool& torch_device_pool() { return *torch_pool_or_throw()->pool; }
+DevicePool& device_pool_of(autovm_pool* p) { return *p->pool; }
+}  // namespace autovm::rt
 
 // Each entry point names itself in `self`: inside the guard's lambda __func__ is "operator()".
 extern "C" {

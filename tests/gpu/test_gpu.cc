@@ -271,17 +271,120 @@ TEST_CASE("trainer memory: bound managed ranges are evicted and prefetched, byte
   }
 }
 
-TEST_CASE("trainer memory moves only by migration: other mechanisms are refused") {
+TEST_CASE("trainer memory: staged is refused, and mapped needs a vmm pool") {
   autovm_plan* plan = load(make_plan());
-  for (autovm_mechanism m : {AUTOVM_MECHANISM_STAGED, AUTOVM_MECHANISM_MAPPED}) {
-    autovm_runtime_options o = cuda_options(m);
-    o.memory = AUTOVM_MEMORY_TRAINER;
-    autovm_runtime* rt = nullptr;
-    CHECK(autovm_runtime_create(plan, &o, &rt) == AUTOVM_ERR_INVALID_ARGUMENT);
-    CHECK(std::string(autovm_last_error()).find("migration") != std::string::npos);
-    CHECK(rt == nullptr);
-  }
+  autovm_runtime_options o = cuda_options(AUTOVM_MECHANISM_STAGED);
+  o.memory = AUTOVM_MEMORY_TRAINER;
+  autovm_runtime* rt = nullptr;
+  CHECK(autovm_runtime_create(plan, &o, &rt) == AUTOVM_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(autovm_last_error()).find("migration") != std::string::npos);
+  CHECK(rt == nullptr);
+  autovm_pool_options po;
+  autovm_pool_options_init(&po);
+  po.memory = AUTOVM_POOL_MANAGED;
+  po.capacity_bytes = 64 << 20;
+  autovm_pool* pool = nullptr;
+  REQUIRE_MESSAGE(autovm_pool_create(&po, &pool) == AUTOVM_OK, autovm_last_error());
+  o = cuda_options(AUTOVM_MECHANISM_MAPPED);
+  o.memory = AUTOVM_MEMORY_TRAINER;
+  o.pool = pool;
+  CHECK(autovm_runtime_create(plan, &o, &rt) == AUTOVM_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(autovm_last_error()).find("vmm pool") != std::string::npos);
+  CHECK(rt == nullptr);
+  autovm_pool_free(pool);
   autovm_plan_free(plan);
+}
+
+// The mapped mechanism on a vmm pool's allocations (AUTOVM_MEMORY_TRAINER). Three rounds of the
+// plan, a and b bound, c not:
+//   0  as planned: a's whole chunks are unmapped while it is away, and its bytes come back;
+//   1  a is read early, at step 2 (before its prefetch): autovm_tensor_require brings it back;
+//   2  the trainer frees a while it is away and allocates x of its size (at its address, if the
+//      pool gives it): the prefetch must not write into x.
+TEST_CASE("trainer memory on a vmm pool: an evicted tensor's pages go, its bytes come back") {
+  Gpu gpu;
+  autovm_pool_options po;
+  autovm_pool_options_init(&po);
+  po.memory = AUTOVM_POOL_VMM;
+  po.capacity_bytes = 256 << 20;
+  autovm_pool* pool = nullptr;
+  REQUIRE_MESSAGE(autovm_pool_create(&po, &pool) == AUTOVM_OK, autovm_last_error());
+  autovm_plan* plan = load(make_plan());
+  autovm_runtime_options o = cuda_options(AUTOVM_MECHANISM_MAPPED);
+  o.memory = AUTOVM_MEMORY_TRAINER;
+  o.pool = pool;
+  autovm_runtime* rt = nullptr;
+  REQUIRE_MESSAGE(autovm_runtime_create(plan, &o, &rt) == AUTOVM_OK, autovm_last_error());
+  auto pool_stats = [&] {
+    autovm_pool_stats st;
+    REQUIRE(autovm_pool_stats_get(pool, &st) == AUTOVM_OK);
+    return st;
+  };
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    char* ptr[3];
+    for (int t = 0; t < 3; ++t)
+      REQUIRE(autovm_pool_alloc(pool, kBytes[t], gpu.stream, reinterpret_cast<void**>(&ptr[t])) ==
+              AUTOVM_OK);
+    const uint32_t seed = 700u * static_cast<uint32_t>(round + 1);
+    uint32_t seeds[3] = {seed, seed + 1, seed + 2};
+    int64_t paged_before = pool_stats().paged_out_bytes;
+    for (int s = 0; s < 5; ++s) {
+      REQUIRE_MESSAGE(autovm_step_begin(rt, s, gpu.stream) == AUTOVM_OK, autovm_last_error());
+      if (s == 0) {
+        for (int t = 0; t < 2; ++t)
+          REQUIRE_MESSAGE(autovm_tensor_bind(rt, t, ptr[t], kBytes[t]) == AUTOVM_OK,
+                          autovm_last_error());
+        for (int t = 0; t < 3; ++t)
+          REQUIRE(fill_pattern(ptr[t], kBytes[t], seeds[t], gpu.stream) == cudaSuccess);
+      }
+      if (s == 1) REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // a's copy out has landed
+      if (s == 2) {  // a was paged out at the boundary after step 1
+        const autovm_pool_stats st = pool_stats();
+        CHECK(st.paged_out_bytes - paged_before >= (2 << 20));
+        if (round == 1) {
+          REQUIRE_MESSAGE(autovm_tensor_require(rt, 0, gpu.stream) == AUTOVM_OK,
+                          autovm_last_error());
+          REQUIRE(cudaMemsetAsync(gpu.sums, 0, sizeof(unsigned long long), gpu.stream) ==
+                  cudaSuccess);
+          REQUIRE(checksum(ptr[0], kBytes[0], gpu.sums, gpu.stream) == cudaSuccess);
+          REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
+          CHECK(gpu.sums[0] == pattern_checksum(seeds[0], kBytes[0]));
+        }
+        if (round == 2) {
+          REQUIRE(autovm_pool_dealloc(pool, ptr[0], gpu.stream) == AUTOVM_OK);
+          REQUIRE(autovm_pool_alloc(pool, kBytes[0], gpu.stream,
+                                    reinterpret_cast<void**>(&ptr[0])) == AUTOVM_OK);
+          seeds[0] = seed + 50;  // x
+          REQUIRE(fill_pattern(ptr[0], kBytes[0], seeds[0], gpu.stream) == cudaSuccess);
+        }
+      }
+      if (s == 3) {
+        REQUIRE(cudaMemsetAsync(gpu.sums, 0, 3 * sizeof(unsigned long long), gpu.stream) ==
+                cudaSuccess);
+        for (int t = 0; t < 3; ++t)
+          REQUIRE(checksum(ptr[t], kBytes[t], gpu.sums + t, gpu.stream) == cudaSuccess);
+        REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
+        for (int t = 0; t < 3; ++t) {
+          INFO("tensor " << (t == 0 && round == 2 ? 'x' : "abc"[t]));
+          CHECK(gpu.sums[t] == pattern_checksum(seeds[t], kBytes[t]));
+        }
+      }
+      REQUIRE_MESSAGE(autovm_step_end(rt, s, gpu.stream) == AUTOVM_OK, autovm_last_error());
+    }
+    for (int t = 0; t < 3; ++t) REQUIRE(autovm_pool_dealloc(pool, ptr[t], gpu.stream) == AUTOVM_OK);
+  }
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  autovm_stats st;
+  REQUIRE(autovm_runtime_stats(rt, &st) == AUTOVM_OK);
+  CHECK(st.late_requires == 1);
+  CHECK(st.stale_prefetches == 1);
+  CHECK(st.bytes_to_host == 3 * (kBytes[0] + kBytes[2]));  // the plan's count: c's skipped
+  const autovm_pool_stats ps = pool_stats();
+  CHECK(ps.paged_in_bytes > 0);
+  autovm_runtime_free(rt);
+  autovm_plan_free(plan);
+  autovm_pool_free(pool);
 }
 
 TEST_CASE("binding memory the mechanism cannot move is refused") {

@@ -175,7 +175,7 @@ def _():
         autovm.attach(tiny, momentum(tiny), plan, executor="runtime")
         return "no error without allocator.install"
     except autovm.AutoVMError as e:
-        if "allocator.install('managed')" not in str(e):
+        if "allocator.install('vmm')" not in str(e):
             return f"message: {e}"
     try:
         autovm.attach(tiny, momentum(tiny), plan, executor="bytes")

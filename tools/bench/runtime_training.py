@@ -11,7 +11,10 @@ torch.backends.cudnn.deterministic = True (benchmark off); per model, one proces
   runtime   autovm.allocator.install("managed") and autovm.attach(executor="runtime") in mode
             PLAN under a plan moving every kind the runtime binds, at 50 % of plain's peak or,
             where no plan fits that, at the least budget that works (autovm-plan --budget min)
-  demand    the same, in mode DEMAND_PAGING: the runtime evicts at the plan's points (pages to
+  mapped    autovm.allocator.install("vmm", chunk_bytes=--chunk-bytes) and the same plan in
+            mode PLAN: the runtime copies evicted tensors to pinned host memory on its copy
+            streams and unmaps their pages (the mapped mechanism on trainer memory)
+  demand    the runtime on managed memory, in mode DEMAND_PAGING: the runtime evicts at the plan's points (pages to
             the host by migration) and never prefetches, so pages fault back when a kernel
             touches them. This emulates default unified memory under a budget without
             oversubscribing the shared card; its victims are chosen with the plan's full
@@ -49,7 +52,7 @@ sys.path.insert(0, HERE)
 from pytorch_compare import BATCH, MEASURED, RESOLUTION, build, make_optimizer  # noqa: E402
 
 MODELS = ("vgg19", "resnet50")
-CONFIGS = ("plain", "copy", "runtime", "demand")
+CONFIGS = ("plain", "copy", "runtime", "mapped", "demand")
 
 
 def runtime_plan_path(d, name):
@@ -107,6 +110,10 @@ def run_one(name, config, args):
     result = {"model": name, "config": config, "batch": BATCH}
     if config in ("runtime", "demand"):
         allocator.install("managed", capacity_bytes=args.pool_capacity, lib_path=args.lib)
+    elif config == "mapped":
+        allocator.install("vmm", capacity_bytes=args.pool_capacity, lib_path=args.lib,
+                          chunk_bytes=args.chunk_bytes)
+        result["chunk_bytes"] = args.chunk_bytes
     dev = torch.device("cuda")
     model = build(name).to(dev)
     opt = make_optimizer(model)
@@ -119,11 +126,11 @@ def run_one(name, config, args):
         plan = autovm.load_plan(path, lib=args.lib)
         att = autovm.attach(model, opt, plan, unrealized="ignore")
         result.update(plan=os.path.basename(path), planner_budget_bytes=plan.budget_bytes)
-    elif config in ("runtime", "demand"):
+    elif config in ("runtime", "mapped", "demand"):
         path = runtime_plan_path(args.plans_dir, name)
         plan = autovm.load_plan(path, lib=args.lib)
         att = autovm.attach(model, opt, plan, unrealized="ignore", executor="runtime",
-                            runtime_mode="plan" if config == "runtime" else "demand_paging")
+                            runtime_mode="demand_paging" if config == "demand" else "plan")
         result.update(plan=os.path.basename(path), planner_budget_bytes=plan.budget_bytes,
                       predicted_step_time_ms=plan.prediction.get("step_time_us", 0) / 1e3,
                       bound_ms=plan.prediction.get("bound_us", 0) / 1e3)
@@ -142,6 +149,11 @@ def run_one(name, config, args):
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
             losses.append(float(loss.item()).hex())
+            if i == 1 and config != "plain" and config != "copy":
+                # The pool's peaks of the first two steps (momentum buffers made, first binds)
+                # apart from those of the steps measured.
+                result["pool_first_steps"] = allocator.stats()
+                allocator.reset_peaks()
             # Slow configurations stop early: demand paging after 2 steps, the others after
             # 4, once over their time (the device's time is short).
             cap = args.demand_seconds if config == "demand" else args.max_seconds
@@ -185,6 +197,9 @@ def main():
     ap.add_argument("--demand-seconds", type=float, default=40.0)
     ap.add_argument("--max-seconds", type=float, default=120.0)
     ap.add_argument("--pool-capacity", type=int, default=40 << 30)
+    ap.add_argument("--chunk-bytes", type=int, default=8 << 20,
+                    help="the vmm pool's chunk for config mapped (default 8 MiB: with 32 MiB, "
+                    "whole-chunk rounding cost ResNet-50 more than 1 GB)")
     ap.add_argument("--config-timeout", type=float, default=150.0)
     ap.add_argument("--baseline", help="a JSON of this script whose plain runs the losses are "
                     "compared with")
@@ -252,7 +267,12 @@ def summary(r, results):
         text += (f", runtime peak resident {s['peak_resident_bytes'] / 1e9:.2f} GB of budget "
                  f"{r['budget_bytes'] / 1e9:.2f} GB, violations {s['violations']}, "
                  f"{s['bytes_to_host'] / 1e9:.1f} GB out, {s['bytes_to_device'] / 1e9:.1f} GB in, "
-                 f"skipped {s['unbound_actions']}, stall {s['stall_us'] / 1e3:.0f} ms")
+                 f"skipped {s['unbound_actions']}, stall {s['stall_us'] / 1e3:.0f} ms, "
+                 f"late requires {s.get('late_requires', 0)}, stale {s.get('stale_prefetches', 0)}")
+    if "pool" in r:
+        p = r["pool"]
+        text += (f"; pool peak resident {p['peak_resident_bytes'] / 1e9:.2f} GB, paged out "
+                 f"{p.get('paged_out_bytes', 0) / 1e9:.1f} GB")
     return text
 
 

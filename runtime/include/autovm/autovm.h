@@ -109,10 +109,18 @@ typedef enum autovm_memory {
                                 tensor counts resident until the plan has it back. A
                                 non-persistent tensor's binding ends with its lifetime
                                 (step_end of its last step): bind it again in the next training
-                                step. CUDA backend: only the prefetch mechanism (mode PLAN or
-                                DEMAND_PAGING), managed memory only: migration never changes a
-                                byte, so a range the trainer freed and reused before the plan
-                                expected is moved, never overwritten. The host backend
+                                step. CUDA backend, two mechanisms:
+                                prefetch (mode PLAN or DEMAND_PAGING) on managed memory:
+                                migration never changes a byte, so a range the trainer freed
+                                and reused before the plan expected is moved, never
+                                overwritten; mapped (mode PLAN) on a vmm pool
+                                (autovm_runtime_options.pool): the copy engine takes an
+                                evicted tensor's bytes to pinned host memory and the pool
+                                unmaps the chunks wholly inside it, so its pages really go and
+                                its address stays; a prefetch maps them and copies the bytes
+                                back, unless the trainer freed the allocation in the meantime
+                                (the pool's serials tell), and a free while copies are queued
+                                makes the freeing stream wait for them. The host backend
                                 leaves the trainer's bytes alone (it only counts). layout
                                 must be AUTO or PLAN; autovm_tensor_pointer is NULL for
                                 unbound tensors */
@@ -236,6 +244,9 @@ typedef struct autovm_runtime_options {
                                    device for everyone: only for a GPU that is yours alone */
   autovm_layout layout;         /* AUTOVM_LAYOUT_AUTO */
   autovm_memory memory;         /* AUTOVM_MEMORY_RUNTIME */
+  struct autovm_pool* pool;     /* AUTOVM_MEMORY_TRAINER with the mapped mechanism: the vmm
+                                   pool the trainer's tensors lie in (NULL: the torch pool,
+                                   autovm_torch_pool) */
 } autovm_runtime_options;
 
 /* Defaults: host backend, the plan's budget, not strict, a 1 GiB cap; for CUDA: the plan's
@@ -287,6 +298,19 @@ AUTOVM_EXPORT autovm_status autovm_tensor_bind(autovm_runtime* rt, int32_t id, v
                                                int64_t bytes);
 AUTOVM_EXPORT autovm_status autovm_tensor_residency(const autovm_runtime* rt, int32_t id,
                                                     autovm_residency* out);
+/* The trainer is about to read tensor id on `stream` (its compute stream), wherever the plan
+ * has it: a bound tensor the backend has taken off the device (mapped mechanism with trainer
+ * memory) is brought back now and `stream` waits for it, so a plan that is wrong or late costs
+ * time, never a read of unmapped or stale memory. Counted in autovm_stats.late_requires when it
+ * had to act. A no-op where the backend's moves leave the bytes addressable (migration, the
+ * host backend) or the tensor is resident. */
+AUTOVM_EXPORT autovm_status autovm_tensor_require(autovm_runtime* rt, int32_t id, void* stream);
+/* Brings back every bound tensor the backend has off the device (mapped mechanism with trainer
+ * memory), `stream` waiting for them: call it before the trainer reads its tensors outside the
+ * training step (a plan may end a step with parameters on the host), e.g. when it stops
+ * training under the plan. The plan's count is unchanged: the next training step's prefetches
+ * find the bytes in place. Freeing the runtime does the same, synchronously. */
+AUTOVM_EXPORT autovm_status autovm_runtime_restore(autovm_runtime* rt, void* stream);
 /* Declares that the running step (between step_begin and step_end of `step`) uses tensor id.
  * A tensor that is not RESIDENT is a violation: AUTOVM_ERR_NOT_RESIDENT in strict mode,
  * otherwise counted and AUTOVM_OK. AUTOVM_ERR_STATE when `step` is not the running step. */
@@ -320,6 +344,10 @@ typedef struct autovm_stats {
   int64_t unbound_actions;       /* COUNT: evicts, prefetches, discards and initial offloads
                                     skipped because their tensor was not bound (trainer memory) */
   int64_t unbound_bytes;         /* SUM: their bytes */
+  int64_t late_requires;         /* COUNT: autovm_tensor_require calls that brought a tensor
+                                    back (or waited for its copy) */
+  int64_t stale_prefetches;      /* COUNT: prefetches and requires skipped because the trainer
+                                    had freed the tensor's allocation (mapped, trainer memory) */
 } autovm_stats;
 
 /* Synchronises with the device (CUDA backend) to read the event timings: not for the hot path. */
@@ -338,19 +366,25 @@ AUTOVM_EXPORT autovm_status autovm_step_stall_us(const autovm_runtime* rt, int64
  * stream A is reusable at once by A; another stream B that takes it is first made to wait, on
  * the device, for everything enqueued on A so far (an event recorded on A, cudaStreamWaitEvent
  * on B). The host never waits, except in autovm_pool_trim, autovm_pool_free, and a vmm
- * allocation that only fits once unused chunks are given back (these synchronise the device
- * first, so no queued kernel can touch what is released). Streams passed in must outlive the blocks freed
+ * allocation that fits only once unused chunks whose frees the device has not yet passed are
+ * given back (these synchronise the device first, so no queued kernel can touch what is
+ * released). Streams passed in must outlive the blocks freed
  * on them (or a trim). Sizes are rounded up to 512 bytes; a 0-byte allocation is NULL.
  *
  *   managed  one cudaMallocManaged range of the capacity, advised preferred-location and
  *            accessed-by the device; each 2 MiB chunk is prefetched to the device on the
  *            allocating stream when an allocation first reaches it, and stays there until the
  *            pool is freed (managed pages go back to the device only with the range).
- *   vmm      one reserved address range of twice the capacity (cuMemAddressReserve); device
+ *   vmm      one reserved address range of twice the capacity plus the device's memory
+ *            (cuMemAddressReserve: addresses for what a runtime pages out too); device
  *            memory is created and mapped into it in chunks of the allocation granularity
- *            (2 MiB on an H200) as allocations reach them, and stays mapped when they are freed,
- *            until a trim unmaps and releases every chunk no allocation uses: the physical
- *            pages really go back to the device (cudaMemGetInfo rises).
+ *            (2 MiB on an H200; chunk_bytes) as allocations reach them, and stays mapped when
+ *            they are freed, until a trim unmaps and releases every chunk no allocation uses
+ *            (the physical pages really go back: cudaMemGetInfo rises), or until an allocation
+ *            needs more than the capacity: then the unused chunks whose frees the device has
+ *            passed go first (an event recorded at each free: no wait), and only if that is
+ *            not enough does the pool synchronise and give back every unused chunk. An
+ *            allocation of a chunk or more starts on a chunk boundary and owns whole chunks.
  *
  * Safety. The capacity (device memory the pool may hold: populated or mapped chunks) is
  * refused at creation when it is larger than the device's free memory less free_margin_bytes,
@@ -375,6 +409,10 @@ typedef struct autovm_pool_options {
   int64_t free_margin_bytes;  /* device memory left free (0: 1 GiB) */
   int allow_oversubscribe;    /* managed only: 1 allows a capacity beyond the free memory.
                                  Only for a GPU that is yours alone */
+  int64_t chunk_bytes;        /* vmm only: the unit of memory mapped, rounded up to the
+                                 allocation granularity (0: the granularity, 2 MiB on an
+                                 H200). Larger chunks page a runtime's evictions in fewer
+                                 driver calls (runtime/README.md) */
 } autovm_pool_options;
 
 typedef struct autovm_pool_stats {
@@ -391,6 +429,8 @@ typedef struct autovm_pool_stats {
   int64_t failed_allocations;   /* COUNT: allocations refused */
   int64_t last_failed_bytes;    /* the bytes the last refused allocation asked for (0: none) */
   int64_t released_bytes;       /* SUM: device memory given back by trims */
+  int64_t paged_out_bytes;      /* SUM: vmm chunks a runtime unmapped under an evicted tensor */
+  int64_t paged_in_bytes;       /* SUM: vmm chunks mapped again to bring one back */
 } autovm_pool_stats;
 
 /* Defaults: managed, device 0, capacity from the free memory, a 1 GiB margin. */
@@ -422,7 +462,8 @@ AUTOVM_EXPORT autovm_status autovm_pool_trim(autovm_pool* pool);
  * The process's torch pool, behind torch.cuda.memory.CUDAPluggableAllocator (python/autovm/
  * allocator.py installs it). autovm_torch_configure sets its options before its first use;
  * otherwise it is created on first use from the environment: AUTOVM_POOL_MEMORY (managed or
- * vmm), AUTOVM_POOL_CAPACITY (bytes), AUTOVM_POOL_ALLOW_OVERSUBSCRIBE (1). */
+ * vmm), AUTOVM_POOL_CAPACITY (bytes), AUTOVM_POOL_CHUNK (bytes, vmm),
+ * AUTOVM_POOL_ALLOW_OVERSUBSCRIBE (1). */
 AUTOVM_EXPORT autovm_status autovm_torch_configure(const autovm_pool_options* options);
 /* The torch pool, created if need be (AUTOVM_ERR_STATE after a failed creation). */
 AUTOVM_EXPORT autovm_status autovm_torch_pool(autovm_pool** out);

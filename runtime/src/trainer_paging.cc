@@ -1,0 +1,97 @@
+// The bookkeeping of trainer_paging.h. poll() pages out what has landed (cudaEventQuery) at
+// every boundary; page_out_now() is where the host must wait: the host runs ahead of the device
+// (PyTorch enqueues a whole step before the loss is read), so without that wait a prefetch
+// would come first and cancel the page-out, and device memory would stay at the step's peak.
+#include "trainer_paging.h"
+
+#include <algorithm>
+#include <string>
+
+#include "cuda_driver.h"
+
+namespace autovm::rt {
+
+TrainerPaging::TrainerPaging(DevicePool& pool, size_t tensors) : pool_(pool), tensors_(tensors) {
+  if (!pool.pages())
+    throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                "the mapped mechanism on trainer memory needs the trainer's tensors on a vmm pool "
+                "(autovm_pool_options.memory AUTOVM_POOL_VMM; in Python "
+                "autovm.allocator.install('vmm')); a managed pool moves by migration: use the "
+                "prefetch mechanism");
+}
+
+TrainerPaging::~TrainerPaging() { pool_.drop_holds(this); }
+
+void TrainerPaging::bind(const Tensor& t, void* p) {
+  State& st = state(t);
+  if (p == nullptr) {
+    st = State{};
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                  [&](const PageOut& o) { return o.tensor == t.id; }),
+                   pending_.end());
+    return;
+  }
+  const auto live = pool_.live(p, static_cast<uint64_t>(t.bytes));
+  if (!live)
+    throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                "the range bound to '" + t.name + "' is not inside one live allocation of the "
+                "vmm pool, which the mapped mechanism on trainer memory needs");
+  st = State{live, false, false};
+}
+
+void TrainerPaging::evicting(const Tensor& t, void* p, cudaEvent_t copied) {
+  State& st = state(t);
+  if (!st.live) return;
+  st.away = true;
+  pending_.push_back(PageOut{t.id, reinterpret_cast<uintptr_t>(p),
+                             static_cast<uint64_t>(t.bytes), copied});
+}
+
+void TrainerPaging::poll() {
+  size_t kept = 0;
+  for (const PageOut& o : pending_) {
+    const cudaError_t done = cudaEventQuery(o.copied);
+    if (done == cudaErrorNotReady) {
+      pending_[kept++] = o;
+      continue;
+    }
+    check(done, "cudaEventQuery of an eviction's copy");
+    State& st = tensors_[static_cast<size_t>(o.tensor)];
+    if (st.live && st.away) st.paged = pool_.page_out(*st.live, o.address, o.bytes) > 0 || st.paged;
+  }
+  pending_.resize(kept);
+}
+
+void TrainerPaging::page_out_now(const Tensor& t) {
+  const auto it = std::find_if(pending_.begin(), pending_.end(),
+                               [&](const PageOut& o) { return o.tensor == t.id; });
+  if (it == pending_.end()) return;
+  check(cudaEventSynchronize(it->copied), "cudaEventSynchronize of an eviction's copy");
+  const PageOut o = *it;
+  pending_.erase(it);
+  State& st = state(t);
+  if (st.live && st.away) st.paged = pool_.page_out(*st.live, o.address, o.bytes) > 0 || st.paged;
+}
+
+TrainerPaging::Back TrainerPaging::bring_back(const Tensor& t, void* p) {
+  State& st = state(t);
+  if (!st.live) return Back::kStale;
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [&](const PageOut& o) { return o.tensor == t.id; }),
+                 pending_.end());
+  st.away = false;
+  if (!st.paged) return Back::kIntact;  // a pending page-out is cancelled: the bytes stayed
+  st.paged = false;
+  if (!pool_.page_in(*st.live, reinterpret_cast<uintptr_t>(p), static_cast<uint64_t>(t.bytes))) {
+    st.live.reset();  // the trainer freed it: nothing of it is ours to move
+    return Back::kStale;
+  }
+  return Back::kCopy;
+}
+
+void TrainerPaging::hold(const Tensor& t, cudaEvent_t event) {
+  const State& st = state(t);
+  if (st.live) pool_.hold(*st.live, event, this);
+}
+
+}  // namespace autovm::rt

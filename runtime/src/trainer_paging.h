@@ -1,0 +1,72 @@
+// Contract: which of the trainer's tensors have their pages off the device, for the CUDA
+// backend's mapped mechanism on trainer memory (runtime/README.md, "The trainer's memory on the
+// vmm pool"). Host bookkeeping over a vmm DevicePool; the backend issues the copies.
+//
+// Per bound tensor, in the backend's order:
+//   evicting(t, copied)  its bytes are being copied out; once `copied` has completed, poll()
+//                        unmaps the chunks wholly inside it (DevicePool::page_out), and
+//                        page_out_now(t), where the plan counts its memory free, waits for
+//                        the copy if need be
+//   bring_back(t)        before a copy back: kIntact when its pages never went (the page-out
+//                        is cancelled: no copy needed), kCopy when they are mapped again now
+//                        (the caller copies the bytes back), kStale when the trainer freed the
+//                        allocation meanwhile (nothing to do: its bytes are nobody's)
+// An allocation is the one bound (address and serial), so a tensor the trainer freed and a new
+// one at the same address are never confused. hold() makes the trainer's free of a tensor wait
+// (on the device) for the copies queued on it. The host waits only in page_out_now.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <optional>
+#include <vector>
+
+#include "device_pool.h"
+#include "plan.h"
+
+namespace autovm::rt {
+
+class TrainerPaging {
+ public:
+  TrainerPaging(DevicePool& pool, size_t tensors);
+  ~TrainerPaging();
+  TrainerPaging(const TrainerPaging&) = delete;
+  TrainerPaging& operator=(const TrainerPaging&) = delete;
+
+  // Records the allocation [p, p + t.bytes) lies in (p nullptr: unbound). Throws
+  // Error(AUTOVM_ERR_INVALID_ARGUMENT) when p is not inside one live allocation of the pool.
+  void bind(const Tensor& t, void* p);
+  void evicting(const Tensor& t, void* p, cudaEvent_t copied);
+  enum class Back { kIntact, kCopy, kStale };
+  Back bring_back(const Tensor& t, void* p);
+  // Whether t's bytes are off the device by a copy not yet brought back.
+  bool away(const Tensor& t) const { return state(t).away; }
+  void hold(const Tensor& t, cudaEvent_t event);
+  // Pages out the tensors whose copies out have completed.
+  void poll();
+  // The plan counts t's memory free from here: the host waits for its copy out (if it has not
+  // landed yet) and pages it out, so that device memory follows the plan however far the host
+  // runs ahead of the device.
+  void page_out_now(const Tensor& t);
+
+ private:
+  struct State {
+    std::optional<DevicePool::Live> live;  // the allocation bound
+    bool away = false;                      // copied out, not brought back
+    bool paged = false;                     // its whole chunks unmapped
+  };
+  struct PageOut {
+    TensorId tensor;
+    uintptr_t address;
+    uint64_t bytes;
+    cudaEvent_t copied;
+  };
+  State& state(const Tensor& t) { return tensors_[static_cast<size_t>(t.id)]; }
+  const State& state(const Tensor& t) const { return tensors_[static_cast<size_t>(t.id)]; }
+
+  DevicePool& pool_;
+  std::vector<State> tensors_;
+  std::vector<PageOut> pending_;
+};
+
+}  // namespace autovm::rt
