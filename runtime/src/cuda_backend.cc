@@ -24,7 +24,8 @@
 //             the step named ready_before_step.
 //   complete  at step_begin(ready_before_step) of an evict the compute stream waits for the
 //             tensor's evict event: from that step the plan counts its memory free. These two
-//             are the only places the trainer's stream ever waits; the host never does.
+//             are the only places the trainer's stream ever waits; the host never does,
+//             except with trainer paging (below), where it waits for the copy out here.
 //   discard   managed: cudaMemDiscardBatchAsync after the step; mapped: nothing to do.
 //   trainer   (AUTOVM_MEMORY_TRAINER) no arena: only the ranges the trainer binds (the executor
 //             skips actions on tensors not bound). Either managed ranges, by the prefetch

@@ -11,11 +11,11 @@
 //            gives managed pages back only with the range).
 //   vmm      an address range of twice the capacity plus the device's memory (what a runtime
 //            may have paged out), so that fragmentation of the addresses never refuses what
-//            the capacity allows. Chunk i (the allocation granularity) is
-//            mapped while an allocation overlaps it, counted in users_[i]; a chunk whose users
-//            drop to 0 stays mapped (a training step frees and reallocates the same bytes each
-//            step: remapping would cost 61 + 46 us a 2 MiB chunk on the H200) until trim().
-//            The chunk is the allocation granularity, or a multiple of it (chunk_bytes). An
+//            the capacity allows. Chunk i (the allocation granularity, or a multiple of it:
+//            chunk_bytes) is mapped while an allocation overlaps it, counted in users_[i]; a
+//            chunk whose users drop to 0 stays mapped (a training step frees and reallocates
+//            the same bytes each step: remapping would cost 61 + 46 us a 2 MiB chunk on the
+//            H200) until trim() or the capacity needs it (below). An
 //            allocation of a chunk or more starts on a chunk boundary and owns whole chunks
 //            (its block asks for a chunk more, for the alignment: addresses, not memory).
 //

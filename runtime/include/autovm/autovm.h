@@ -264,10 +264,11 @@ AUTOVM_EXPORT void autovm_runtime_free(autovm_runtime* rt); /* NULL is fine */
 AUTOVM_EXPORT int autovm_cuda_built(void);
 
 /* stream: the trainer's compute stream (cudaStream_t; NULL: the legacy default stream) for the
- * CUDA backend; ignored by the host backend. The CUDA backend never waits on the host: evictions
- * start on the runtime's copy streams once the compute stream has passed the step (an event),
- * and the compute stream waits (cudaStreamWaitEvent) only before a step that needs a prefetch
- * complete. step_begin completes everything due before the step (ready_before_step == step) and
+ * CUDA backend; ignored by the host backend. The CUDA backend never waits on the host (except
+ * the mapped mechanism on trainer memory, whose step_begin waits for the copies out it completes
+ * before their pages are unmapped): evictions start on the runtime's copy streams once the
+ * compute stream has passed the step (an event), and the compute stream waits
+ * (cudaStreamWaitEvent) only before a step that needs a prefetch complete. step_begin completes everything due before the step (ready_before_step == step) and
  * allocates the tensors whose lifetime starts there; the budget holds in both of the step's
  * moments (docs/execution-model.md): before it, with the chain temporaries and without what the
  * step allocates as it starts, and during it, without the temporaries (their pointers serve the
