@@ -1,7 +1,8 @@
 // The bookkeeping of trainer_paging.h. poll() pages out what has landed (cudaEventQuery) at
 // every boundary; page_out_now() is where the host must wait: the host runs ahead of the device
 // (PyTorch enqueues a whole step before the loss is read), so without that wait a prefetch
-// would come first and cancel the page-out, and device memory would stay at the step's peak.
+// would come first and cancel the page-out, and device memory would stay at the step's peak
+// (docs/trainer-paging.md gives the figures).
 #include "trainer_paging.h"
 
 #include <algorithm>
