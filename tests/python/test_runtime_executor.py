@@ -2,7 +2,8 @@
 """attach(..., executor="runtime") on the CPU (python/autovm/runtime_executor.py): libautovm's
 host backend runs the plan on the real tensors' ranges, bound as they appear. Checks the calls
 the backend makes to the runtime (every plan step begun and ended in order, once per training
-step; what is bound, and when), that training stays bit-identical to plain training while the
+step; what is bound, and when; each step begun before the trainer enqueues it; where a
+backend that unmaps pages is asked to bring tensors back), that training stays bit-identical to plain training while the
 runtime makes the plan's moves on the bound ranges (the host backend counts them and leaves
 the bytes alone, as migration does), and the errors.
 
@@ -166,6 +167,40 @@ def _():
     moments = [n for n in moved if n.endswith("/momentum")]
     if not moments or s["unbound_actions"] < len(moments):
         return f"{len(moments)} momentum prefetches, {s['unbound_actions']} skipped: {s}"
+    return ""
+
+
+@case("runtime executor: each step begun before it is enqueued; requires where pages may go")
+def _():
+    a, oa = twins(tiny, momentum)[2:]
+    calls = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        att = autovm.attach(a, oa, plan, executor="runtime", runtime_backend="host")
+    att.runtime.calls = calls
+    att.runtime.pages = True  # as on the vmm pool: the host backend's require does nothing
+    with att:
+        train(a, oa, x, y, steps=2)
+    per = by_training_step(calls)
+    # conv1's step is begun before its output exists (its module's pre hook), so the waits
+    # for what it reads come before its kernels: nothing of that step precedes the begin.
+    conv = next(s["id"] for s in plan.steps if s["node"] == "/conv1/Conv")
+    second = per[1]
+    if second.index(("begin", conv)) > second.index(("bind", "/conv1/Conv_output_0")):
+        return f"conv1's step begun after its output was bound: {second[:12]}"
+    required = [c[1] for c in second if c[0] == "require"]
+    # Saved tensors autograd unpacks, named in the plan (conv1's output among them).
+    if "/conv1/Conv_output_0" not in required:
+        return f"conv1's saved output not required at unpack: {required}"
+    # Before the optimizer's step, once its first plan step is begun and before any of its
+    # steps ends (they end after it has run): what it reads, gradients and parameters.
+    params = [n for n, _ in tiny.named_parameters()]
+    start = second.index(("begin", att.first_optimizer_step))
+    between = second[start:second.index(("end", att.first_optimizer_step))]
+    req = {c[1] for c in between if c[0] == "require"}
+    missing = [n for n in params + ["grad/" + n for n in params] if n not in req]
+    if missing:
+        return f"not required before the optimizer: {missing}"
     return ""
 
 
