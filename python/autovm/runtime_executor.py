@@ -68,6 +68,16 @@ def make_runtime(plan, mode="plan", backend="cuda"):
     if mode == "demand_paging" and memory != "managed":
         raise AutoVMError("runtime_mode='demand_paging' faults pages back, which only managed "
                           "memory does: install the allocator with 'managed'")
+    if memory == "vmm":
+        capacity = allocator.stats()["capacity_bytes"]
+        if plan.budget_bytes and capacity < plan.budget_bytes:
+            import warnings
+            warnings.warn(
+                f"the vmm pool's capacity ({capacity / 1e9:.2f} GB) is below the plan's budget "
+                f"({plan.budget_bytes / 1e9:.2f} GB): training will run out of memory. The "
+                "capacity has to hold the plan and what it does not see (cuDNN workspaces, "
+                "whole-chunk rounding: docs/trainer-paging.md); install the allocator with a "
+                "larger capacity_bytes", RuntimeWarning, stacklevel=3)
     return RuntimeExecutor(plan, mode=mode, backend=backend, lib=allocator.library(),
                            mechanism=POOL_MECHANISMS[memory])
 

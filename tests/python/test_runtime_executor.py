@@ -3,8 +3,8 @@
 host backend runs the plan on the real tensors' ranges, bound as they appear. Checks the calls
 the backend makes to the runtime (every plan step begun and ended in order, once per training
 step; what is bound, and when; each step begun before the trainer enqueues it; where a
-backend that unmaps pages is asked to bring tensors back), that training stays bit-identical to plain training while the
-runtime makes the plan's moves on the bound ranges (the host backend counts them and leaves
+backend that unmaps pages is asked to bring tensors back), that training stays bit-identical
+to plain training while the runtime makes the plan's moves on the bound ranges (the host backend counts them and leaves
 the bytes alone, as migration does), and the errors.
 
 usage: test_runtime_executor.py AUTOVM_PLAN LIBAUTOVM
