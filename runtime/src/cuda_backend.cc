@@ -203,6 +203,9 @@ class CudaBackend final : public Backend {
       // A binding ends with the tensor's lifetime: one still away comes back first, so the
       // trainer never keeps a range whose pages are gone.
       if (Backend::bound(t) && paging_->away(t)) copy_back(t);
+      if (p != nullptr)
+        for (TensorId other : paging_->away_overlapping(p, static_cast<uint64_t>(t.bytes)))
+          copy_back(plan_tensors_[static_cast<size_t>(other)]);
       paging_->bind(t, p);
     }
     Backend::bind(t, p);

@@ -37,7 +37,7 @@ void TrainerPaging::bind(const Tensor& t, void* p) {
     throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
                 "the range bound to '" + t.name + "' is not inside one live allocation of the "
                 "vmm pool, which the mapped mechanism on trainer memory needs");
-  st = State{live, false, false};
+  st = State{live, reinterpret_cast<uintptr_t>(p), static_cast<uint64_t>(t.bytes), false, false};
 }
 
 void TrainerPaging::evicting(const Tensor& t, void* p, cudaEvent_t copied) {
@@ -57,10 +57,23 @@ void TrainerPaging::poll() {
       continue;
     }
     check(done, "cudaEventQuery of an eviction's copy");
-    State& st = tensors_[static_cast<size_t>(o.tensor)];
-    if (st.live && st.away) st.paged = pool_.page_out(*st.live, o.address, o.bytes) > 0 || st.paged;
+    page_out(o);
   }
   pending_.resize(kept);
+}
+
+void TrainerPaging::page_out(const PageOut& o) {
+  State& st = tensors_[static_cast<size_t>(o.tensor)];
+  if (!st.live || !st.away) return;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const State& other = tensors_[i];
+    if (static_cast<TensorId>(i) == o.tensor || !other.live || other.away ||
+        other.live->serial != st.live->serial)
+      continue;
+    if (other.address < o.address + o.bytes && o.address < other.address + other.bytes)
+      return;  // shares the storage
+  }
+  st.paged = pool_.page_out(*st.live, o.address, o.bytes) > 0 || st.paged;
 }
 
 void TrainerPaging::page_out_now(const Tensor& t) {
@@ -70,8 +83,7 @@ void TrainerPaging::page_out_now(const Tensor& t) {
   check(cudaEventSynchronize(it->copied), "cudaEventSynchronize of an eviction's copy");
   const PageOut o = *it;
   pending_.erase(it);
-  State& st = state(t);
-  if (st.live && st.away) st.paged = pool_.page_out(*st.live, o.address, o.bytes) > 0 || st.paged;
+  page_out(o);
 }
 
 TrainerPaging::Back TrainerPaging::bring_back(const Tensor& t, void* p) {
@@ -88,6 +100,17 @@ TrainerPaging::Back TrainerPaging::bring_back(const Tensor& t, void* p) {
     return Back::kStale;
   }
   return Back::kCopy;
+}
+
+std::vector<TensorId> TrainerPaging::away_overlapping(const void* p, uint64_t bytes) const {
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  std::vector<TensorId> out;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const State& st = tensors_[i];
+    if (st.live && st.away && st.address < begin + bytes && begin < st.address + st.bytes)
+      out.push_back(static_cast<TensorId>(i));
+  }
+  return out;
 }
 
 void TrainerPaging::hold(const Tensor& t, cudaEvent_t event) {

@@ -12,7 +12,8 @@
 //                        (the caller copies the bytes back), kStale when the trainer freed the
 //                        allocation meanwhile (nothing to do: its bytes are nobody's)
 // An allocation is the one bound (address and serial), so a tensor the trainer freed and a new
-// one at the same address are never confused. hold() makes the trainer's free of a tensor wait
+// one at the same address are never confused, and pages another bound tensor still uses (a
+// view of the same storage) never go. hold() makes the trainer's free of a tensor wait
 // (on the device) for the copies queued on it. The host waits only in page_out_now.
 #pragma once
 
@@ -41,6 +42,9 @@ class TrainerPaging {
   Back bring_back(const Tensor& t, void* p);
   // Whether t's bytes are off the device by a copy not yet brought back.
   bool away(const Tensor& t) const { return state(t).away; }
+  // The tensors away whose ranges overlap [p, p + bytes): bring them back before a tensor is
+  // bound there (a view of their storage would find its pages gone).
+  std::vector<TensorId> away_overlapping(const void* p, uint64_t bytes) const;
   void hold(const Tensor& t, cudaEvent_t event);
   // Pages out the tensors whose copies out have completed.
   void poll();
@@ -52,6 +56,8 @@ class TrainerPaging {
  private:
   struct State {
     std::optional<DevicePool::Live> live;  // the allocation bound
+    uintptr_t address = 0;                  // the range bound: [address, address + bytes)
+    uint64_t bytes = 0;
     bool away = false;                      // copied out, not brought back
     bool paged = false;                     // its whole chunks unmapped
   };
@@ -62,6 +68,9 @@ class TrainerPaging {
     cudaEvent_t copied;
   };
   State& state(const Tensor& t) { return tensors_[static_cast<size_t>(t.id)]; }
+  // Unmaps o's chunks, unless another bound tensor that is not away overlaps its range (two
+  // plan tensors on one storage: a view): its pages then stay, and its copy back is not needed.
+  void page_out(const PageOut& o);
   const State& state(const Tensor& t) const { return tensors_[static_cast<size_t>(t.id)]; }
 
   DevicePool& pool_;
