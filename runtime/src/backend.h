@@ -19,8 +19,9 @@ namespace autovm::rt {
 
 class DevicePool;  // device_pool.h
 
-// Stalls measured on the compute stream, by step (CUDA backend; empty elsewhere).
-struct StallTimes {
+// What a backend measures and counts (CUDA backend; empty elsewhere): the stalls measured on
+// the compute stream, by step, and trainer paging's counts.
+struct BackendStats {
   std::vector<double> by_step_us;  // [step] summed over the waits measured
   double total_us = 0;
   int64_t late = 0;      // waits that held the compute stream longer than kLateUs
@@ -81,13 +82,13 @@ class Backend {
   virtual void restore(void*) {}
   // step_begin(s) has made every wait it needs before step s.
   virtual void waits_done(StepIndex, void*) {}
-  // The stalls measured so far (may synchronise with the device; valid until the next call);
-  // reset_stalls() zeroes them. Backends that measure none report none.
-  virtual const StallTimes& stalls() {
-    static const StallTimes none;
+  // The figures so far (may synchronise with the device; valid until the next call);
+  // reset_stats() zeroes them. Backends that measure none report none.
+  virtual const BackendStats& stats() {
+    static const BackendStats none;
     return none;
   }
-  virtual void reset_stalls() {}
+  virtual void reset_stats() {}
 
  private:
   std::vector<void*> bound_;  // [tensor] the trainer's range, or nullptr

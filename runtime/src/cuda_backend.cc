@@ -117,7 +117,7 @@ class CudaBackend final : public Backend {
         check(cudaStreamCreateWithFlags(&in_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
       }
       check(cudaEventCreateWithFlags(&step_event_, cudaEventDisableTiming), "cudaEventCreate");
-      stalls_.by_step_us.assign(plan.steps.size(), 0.0);
+      stats_.by_step_us.assign(plan.steps.size(), 0.0);
       allocate_shadows(plan);
     } catch (...) {
       release();  // what was allocated before the failure
@@ -136,8 +136,7 @@ class CudaBackend final : public Backend {
   void restore_trainer_memory() noexcept {
     if (!paging_) return;
     try {
-      for (const Tensor& t : plan_tensors_)
-        if (Backend::bound(t) && paging_->away(t)) copy_back(t);
+      copy_back_away();
       cudaStreamSynchronize(in_stream_);
     } catch (...) {
     }
@@ -145,11 +144,9 @@ class CudaBackend final : public Backend {
 
   void restore(void* stream) override {
     if (!paging_) return;
-    for (const Tensor& t : plan_tensors_) {
-      if (!Backend::bound(t) || !paging_->away(t)) continue;
-      copy_back(t);
-      wait_ready(state(t).ready, stream);
-      state(t).copying_in = false;
+    for (const Tensor* t : copy_back_away()) {
+      wait_ready(state(*t).ready, stream);
+      state(*t).copying_in = false;
     }
   }
 
@@ -238,7 +235,7 @@ class CudaBackend final : public Backend {
     record(st.evicted, out_stream_, t);
     if (paging_) {
       paging_->hold(t, st.evicted);
-      paging_->evicting(t, pointer(t), st.evicted);
+      paging_->evicting(t, st.evicted);
     }
   }
 
@@ -325,7 +322,7 @@ class CudaBackend final : public Backend {
     } else if (!st.copying_in) {
       return;
     }
-    ++stalls_.late_requires;
+    ++stats_.late_requires;
     wait_ready(st.ready, stream);
     st.copying_in = false;
   }
@@ -340,16 +337,16 @@ class CudaBackend final : public Backend {
     harvest(false);
   }
 
-  const StallTimes& stalls() override {
+  const BackendStats& stats() override {
     harvest(true);
-    return stalls_;
+    return stats_;
   }
 
-  void reset_stalls() override {
+  void reset_stats() override {
     harvest(true);
-    const size_t steps = stalls_.by_step_us.size();
-    stalls_ = StallTimes{};
-    stalls_.by_step_us.assign(steps, 0.0);
+    const size_t steps = stats_.by_step_us.size();
+    stats_ = BackendStats{};
+    stats_.by_step_us.assign(steps, 0.0);
   }
 
  private:
@@ -471,7 +468,7 @@ class CudaBackend final : public Backend {
   // the in stream after its copy out, unless the trainer freed it; records t's ready event.
   void bring_back(const Tensor& t) {
     State& st = state(t);
-    switch (paging_->bring_back(t, pointer(t))) {
+    switch (paging_->bring_back(t)) {
       case TrainerPaging::Back::kCopy:
         copy(pointer(t), shadow(t), t, in_stream_, "to the device");
         st.copying_in = true;
@@ -479,11 +476,22 @@ class CudaBackend final : public Backend {
       case TrainerPaging::Back::kIntact:
         break;
       case TrainerPaging::Back::kStale:
-        ++stalls_.stale_prefetches;
+        ++stats_.stale_prefetches;
         break;
     }
     record(st.ready, in_stream_, t);
     paging_->hold(t, st.ready);
+  }
+
+  // Trainer paging: every bound tensor away comes back (copy_back); returns them.
+  std::vector<const Tensor*> copy_back_away() {
+    std::vector<const Tensor*> back;
+    for (const Tensor& t : plan_tensors_)
+      if (Backend::bound(t) && paging_->away(t)) {
+        copy_back(t);
+        back.push_back(&t);
+      }
+    return back;
   }
 
   // bring_back outside the plan's prefetch: after the tensor's copy out.
@@ -613,10 +621,10 @@ class CudaBackend final : public Backend {
       float ms = 0;
       check(cudaEventElapsedTime(&ms, w.before, w.after), "cudaEventElapsedTime");
       const double us = 1000.0 * ms;
-      stalls_.by_step_us[static_cast<size_t>(w.step)] += us;
-      stalls_.total_us += us;
-      ++stalls_.measured;
-      if (us > kLateUs) ++stalls_.late;
+      stats_.by_step_us[static_cast<size_t>(w.step)] += us;
+      stats_.total_us += us;
+      ++stats_.measured;
+      if (us > kLateUs) ++stats_.late;
       spare_events_.push_back(w.before);
       spare_events_.push_back(w.after);
       pending_.pop_front();
@@ -644,7 +652,7 @@ class CudaBackend final : public Backend {
   cudaEvent_t wait_before_ = nullptr;
   std::deque<Wait> pending_;
   std::vector<cudaEvent_t> spare_events_;
-  StallTimes stalls_;  // of the waits harvested so far
+  BackendStats stats_;  // stalls of the waits harvested so far, and trainer paging's counts
 };
 
 }  // namespace

@@ -310,7 +310,7 @@ void Executor::bind(TensorId id, void* p, int64_t bytes) {
 
 autovm_stats Executor::stats() const {
   autovm_stats out = stats_;
-  const StallTimes& stalls = backend_->stalls();
+  const BackendStats& stalls = backend_->stats();
   out.stall_us = stalls.total_us;
   out.late_prefetches = stalls.late;
   out.measured_waits = stalls.measured;
@@ -326,11 +326,11 @@ void Executor::reset_stats() {
   stats_.resident_bytes = keep.resident_bytes;
   stats_.peak_resident_bytes = keep.resident_bytes;
   stats_.accounting_only = keep.accounting_only;
-  backend_->reset_stalls();
+  backend_->reset_stats();
 }
 
 double Executor::step_stall_us(StepIndex s) const {
-  const StallTimes& stalls = backend_->stalls();
+  const BackendStats& stalls = backend_->stats();
   const auto i = static_cast<size_t>(s);
   return i < stalls.by_step_us.size() ? stalls.by_step_us[i] : 0.0;
 }

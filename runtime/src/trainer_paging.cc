@@ -25,11 +25,10 @@ TrainerPaging::~TrainerPaging() { pool_.drop_holds(this); }
 
 void TrainerPaging::bind(const Tensor& t, void* p) {
   State& st = state(t);
+  if (st.away) --away_count_;
   if (p == nullptr) {
     st = State{};
-    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                  [&](const PageOut& o) { return o.tensor == t.id; }),
-                   pending_.end());
+    cancel_page_out(t.id);
     return;
   }
   const auto live = pool_.live(p, static_cast<uint64_t>(t.bytes));
@@ -40,12 +39,18 @@ void TrainerPaging::bind(const Tensor& t, void* p) {
   st = State{live, reinterpret_cast<uintptr_t>(p), static_cast<uint64_t>(t.bytes), false, false};
 }
 
-void TrainerPaging::evicting(const Tensor& t, void* p, cudaEvent_t copied) {
+void TrainerPaging::evicting(const Tensor& t, cudaEvent_t copied) {
   State& st = state(t);
   if (!st.live) return;
+  if (!st.away) ++away_count_;
   st.away = true;
-  pending_.push_back(PageOut{t.id, reinterpret_cast<uintptr_t>(p),
-                             static_cast<uint64_t>(t.bytes), copied});
+  pending_.push_back(PageOut{t.id, copied});
+}
+
+void TrainerPaging::cancel_page_out(TensorId id) {
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [&](const PageOut& o) { return o.tensor == id; }),
+                 pending_.end());
 }
 
 void TrainerPaging::poll() {
@@ -57,23 +62,23 @@ void TrainerPaging::poll() {
       continue;
     }
     check(done, "cudaEventQuery of an eviction's copy");
-    page_out(o);
+    page_out(o.tensor);
   }
   pending_.resize(kept);
 }
 
-void TrainerPaging::page_out(const PageOut& o) {
-  State& st = tensors_[static_cast<size_t>(o.tensor)];
+void TrainerPaging::page_out(TensorId id) {
+  State& st = tensors_[static_cast<size_t>(id)];
   if (!st.live || !st.away) return;
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const State& other = tensors_[i];
-    if (static_cast<TensorId>(i) == o.tensor || !other.live || other.away ||
+    if (static_cast<TensorId>(i) == id || !other.live || other.away ||
         other.live->serial != st.live->serial)
       continue;
-    if (other.address < o.address + o.bytes && o.address < other.address + other.bytes)
+    if (other.address < st.address + st.bytes && st.address < other.address + other.bytes)
       return;  // shares the storage
   }
-  st.paged = pool_.page_out(*st.live, o.address, o.bytes) > 0 || st.paged;
+  st.paged = pool_.page_out(*st.live, st.address, st.bytes) > 0 || st.paged;
 }
 
 void TrainerPaging::page_out_now(const Tensor& t) {
@@ -81,21 +86,19 @@ void TrainerPaging::page_out_now(const Tensor& t) {
                                [&](const PageOut& o) { return o.tensor == t.id; });
   if (it == pending_.end()) return;
   check(cudaEventSynchronize(it->copied), "cudaEventSynchronize of an eviction's copy");
-  const PageOut o = *it;
   pending_.erase(it);
-  page_out(o);
+  page_out(t.id);
 }
 
-TrainerPaging::Back TrainerPaging::bring_back(const Tensor& t, void* p) {
+TrainerPaging::Back TrainerPaging::bring_back(const Tensor& t) {
   State& st = state(t);
   if (!st.live) return Back::kStale;
-  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                [&](const PageOut& o) { return o.tensor == t.id; }),
-                 pending_.end());
+  cancel_page_out(t.id);
+  if (st.away) --away_count_;
   st.away = false;
   if (!st.paged) return Back::kIntact;  // a pending page-out is cancelled: the bytes stayed
   st.paged = false;
-  if (!pool_.page_in(*st.live, reinterpret_cast<uintptr_t>(p), static_cast<uint64_t>(t.bytes))) {
+  if (!pool_.page_in(*st.live, st.address, st.bytes)) {
     st.live.reset();  // the trainer freed it: nothing of it is ours to move
     return Back::kStale;
   }
@@ -105,6 +108,7 @@ TrainerPaging::Back TrainerPaging::bring_back(const Tensor& t, void* p) {
 std::vector<TensorId> TrainerPaging::away_overlapping(const void* p, uint64_t bytes) const {
   const auto begin = reinterpret_cast<uintptr_t>(p);
   std::vector<TensorId> out;
+  if (away_count_ == 0) return out;  // every bind asks: most find nothing away
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const State& st = tensors_[i];
     if (st.live && st.away && st.address < begin + bytes && begin < st.address + st.bytes)

@@ -37,9 +37,9 @@ class TrainerPaging {
   // Records the allocation [p, p + t.bytes) lies in (p nullptr: unbound). Throws
   // Error(AUTOVM_ERR_INVALID_ARGUMENT) when p is not inside one live allocation of the pool.
   void bind(const Tensor& t, void* p);
-  void evicting(const Tensor& t, void* p, cudaEvent_t copied);
+  void evicting(const Tensor& t, cudaEvent_t copied);
   enum class Back { kIntact, kCopy, kStale };
-  Back bring_back(const Tensor& t, void* p);
+  Back bring_back(const Tensor& t);
   // Whether t's bytes are off the device by a copy not yet brought back.
   bool away(const Tensor& t) const { return state(t).away; }
   // The tensors away whose ranges overlap [p, p + bytes): bring them back before a tensor is
@@ -63,19 +63,20 @@ class TrainerPaging {
   };
   struct PageOut {
     TensorId tensor;
-    uintptr_t address;
-    uint64_t bytes;
     cudaEvent_t copied;
   };
   State& state(const Tensor& t) { return tensors_[static_cast<size_t>(t.id)]; }
-  // Unmaps o's chunks, unless another bound tensor that is not away overlaps its range (two
-  // plan tensors on one storage: a view): its pages then stay, and its copy back is not needed.
-  void page_out(const PageOut& o);
   const State& state(const Tensor& t) const { return tensors_[static_cast<size_t>(t.id)]; }
+  // Unmaps tensor id's chunks, unless another bound tensor that is not away overlaps its range
+  // (two plan tensors on one storage: a view): its pages then stay, and no copy back is needed.
+  void page_out(TensorId id);
+  // Drops tensor id's page-out, if one is pending.
+  void cancel_page_out(TensorId id);
 
   DevicePool& pool_;
   std::vector<State> tensors_;
-  std::vector<PageOut> pending_;
+  std::vector<PageOut> pending_;  // copies out not yet waited for, oldest first
+  size_t away_count_ = 0;         // COUNT: tensors away
 };
 
 }  // namespace autovm::rt

@@ -80,6 +80,20 @@ struct Gpu {
   }
 };
 
+// Checks, on the GPU, that tensor t of the first n lies at ptr[t] with the pattern of seeds[t]
+// (kBytes[t] long); names[t] names it in a failure.
+void check_patterns(Gpu& gpu, char* const* ptr, const uint32_t* seeds, int n, const char* names) {
+  REQUIRE(cudaMemsetAsync(gpu.sums, 0, static_cast<size_t>(n) * sizeof(unsigned long long),
+                          gpu.stream) == cudaSuccess);
+  for (int t = 0; t < n; ++t)
+    REQUIRE(checksum(ptr[t], kBytes[t], gpu.sums + t, gpu.stream) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
+  for (int t = 0; t < n; ++t) {
+    INFO("tensor " << names[t]);
+    CHECK(gpu.sums[t] == pattern_checksum(seeds[t], kBytes[t]));
+  }
+}
+
 autovm_plan* load(const std::string& text) {
   autovm_plan* plan = nullptr;
   REQUIRE_MESSAGE(autovm_plan_load_from_memory(text.data(), text.size(), &plan) == AUTOVM_OK,
@@ -225,6 +239,7 @@ TEST_CASE("trainer memory: bound managed ranges are evicted and prefetched, byte
       ptr[1] = ptr[0] + kBytes[0];
       ptr[2] = ptr[1] + kBytes[1];
       const uint32_t seed = 500u * static_cast<uint32_t>(round + 1);
+      const uint32_t seeds[3] = {seed, seed + 1, seed + 2};
       for (int s = 0; s < 5; ++s) {
         REQUIRE_MESSAGE(autovm_step_begin(rt, s, gpu.stream) == AUTOVM_OK, autovm_last_error());
         if (s == 0) {
@@ -232,7 +247,7 @@ TEST_CASE("trainer memory: bound managed ranges are evicted and prefetched, byte
             REQUIRE_MESSAGE(autovm_tensor_bind(rt, t, ptr[t], kBytes[t]) == AUTOVM_OK,
                             autovm_last_error());
           for (int t = 0; t < 3; ++t)
-            REQUIRE(fill_pattern(ptr[t], kBytes[t], seed + t, gpu.stream) == cudaSuccess);
+            REQUIRE(fill_pattern(ptr[t], kBytes[t], seeds[t], gpu.stream) == cudaSuccess);
         }
         if (s == 2) {  // the runtime's eviction of a is complete before step 2
           REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
@@ -242,15 +257,7 @@ TEST_CASE("trainer memory: bound managed ranges are evicted and prefetched, byte
         if (s == 3) {
           REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
           if (mode == AUTOVM_MODE_PLAN) CHECK(last_prefetch(ptr[0], kBytes[0]) == 0);
-          REQUIRE(cudaMemsetAsync(gpu.sums, 0, 3 * sizeof(unsigned long long), gpu.stream) ==
-                  cudaSuccess);
-          for (int t = 0; t < 3; ++t)
-            REQUIRE(checksum(ptr[t], kBytes[t], gpu.sums + t, gpu.stream) == cudaSuccess);
-          REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
-          for (int t = 0; t < 3; ++t) {
-            INFO("tensor " << "abc"[t]);
-            CHECK(gpu.sums[t] == pattern_checksum(seed + t, kBytes[t]));
-          }
+          check_patterns(gpu, ptr, seeds, 3, "abc");
         }
         REQUIRE_MESSAGE(autovm_step_end(rt, s, gpu.stream) == AUTOVM_OK, autovm_last_error());
       }
@@ -345,11 +352,7 @@ TEST_CASE("trainer memory on a vmm pool: an evicted tensor's pages go, its bytes
         if (round == 1) {
           REQUIRE_MESSAGE(autovm_tensor_require(rt, 0, gpu.stream) == AUTOVM_OK,
                           autovm_last_error());
-          REQUIRE(cudaMemsetAsync(gpu.sums, 0, sizeof(unsigned long long), gpu.stream) ==
-                  cudaSuccess);
-          REQUIRE(checksum(ptr[0], kBytes[0], gpu.sums, gpu.stream) == cudaSuccess);
-          REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
-          CHECK(gpu.sums[0] == pattern_checksum(seeds[0], kBytes[0]));
+          check_patterns(gpu, ptr, seeds, 1, "a");
         }
         if (round == 2) {
           REQUIRE(autovm_pool_dealloc(pool, ptr[0], gpu.stream) == AUTOVM_OK);
@@ -359,17 +362,7 @@ TEST_CASE("trainer memory on a vmm pool: an evicted tensor's pages go, its bytes
           REQUIRE(fill_pattern(ptr[0], kBytes[0], seeds[0], gpu.stream) == cudaSuccess);
         }
       }
-      if (s == 3) {
-        REQUIRE(cudaMemsetAsync(gpu.sums, 0, 3 * sizeof(unsigned long long), gpu.stream) ==
-                cudaSuccess);
-        for (int t = 0; t < 3; ++t)
-          REQUIRE(checksum(ptr[t], kBytes[t], gpu.sums + t, gpu.stream) == cudaSuccess);
-        REQUIRE(cudaStreamSynchronize(gpu.stream) == cudaSuccess);
-        for (int t = 0; t < 3; ++t) {
-          INFO("tensor " << (t == 0 && round == 2 ? 'x' : "abc"[t]));
-          CHECK(gpu.sums[t] == pattern_checksum(seeds[t], kBytes[t]));
-        }
-      }
+      if (s == 3) check_patterns(gpu, ptr, seeds, 3, round == 2 ? "xbc" : "abc");
       REQUIRE_MESSAGE(autovm_step_end(rt, s, gpu.stream) == AUTOVM_OK, autovm_last_error());
     }
     for (int t = 0; t < 3; ++t) REQUIRE(autovm_pool_dealloc(pool, ptr[t], gpu.stream) == AUTOVM_OK);
