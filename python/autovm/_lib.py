@@ -9,7 +9,7 @@ import os
 from . import locate
 from .errors import LibraryError, ToolNotFoundError
 
-API_VERSION = 2  # AUTOVM_API_VERSION of the header this binding follows
+API_VERSION = 3  # AUTOVM_API_VERSION of the header this binding follows
 
 TENSOR_KINDS = ("input", "label", "parameter", "buffer", "gradient", "optimizer_state",
                 "activation", "activation_grad", "workspace")
@@ -50,7 +50,8 @@ class PoolStats(ctypes.Structure):
         "allocated_bytes", "peak_allocated_bytes", "resident_bytes", "peak_resident_bytes",
         "capacity_bytes", "allocations", "alloc_calls", "free_calls", "cross_stream_waits",
         "failed_allocations", "last_failed_bytes", "released_bytes", "paged_out_bytes",
-        "paged_in_bytes")]
+        "paged_in_bytes", "limit_bytes", "small_chunk_bytes", "unused_chunk_bytes",
+        "in_use_bytes", "peak_in_use_bytes")]
 
 
 class RuntimeOptions(ctypes.Structure):
@@ -130,6 +131,7 @@ class Library:
             "autovm_pool_stats_get": ([P, ctypes.POINTER(PoolStats)], ctypes.c_int),
             "autovm_pool_reset_peaks": ([P], ctypes.c_int),
             "autovm_pool_trim": ([P], ctypes.c_int),
+            "autovm_pool_set_limit": ([P, ctypes.c_int64], ctypes.c_int),
             "autovm_pool_find": ([P, P, ctypes.POINTER(P), ctypes.POINTER(ctypes.c_int64)],
                                  ctypes.c_int),
         }

@@ -134,7 +134,8 @@ def _pool():
 
 def stats():
     """The pool's figures (autovm_pool_stats): allocated_bytes (asked for by live tensors),
-    resident_bytes (device memory held), their peaks, capacity_bytes, counts."""
+    resident_bytes (device memory held), their peaks, capacity_bytes and limit_bytes, counts;
+    on a vmm pool what the held memory is (small_chunk_bytes, unused_chunk_bytes)."""
     lib, handle = _pool()
     s = PoolStats()
     lib.call("autovm_pool_stats_get", handle, ctypes.byref(s))
@@ -151,6 +152,26 @@ def trim():
     pool keeps its pages)."""
     lib, handle = _pool()
     lib.call("autovm_pool_trim", handle)
+
+
+def set_limit(bytes_):
+    """vmm pools: the most device memory the pool may hold from now on, at most its capacity
+    (0: the capacity again). Unused chunks beyond it go back at once; allocations past it are
+    refused as at the capacity (autovm_pool_set_limit)."""
+    lib, handle = _pool()
+    lib.call("autovm_pool_set_limit", handle, ctypes.c_int64(int(bytes_)))
+
+
+@contextlib.contextmanager
+def limit(bytes_):
+    """set_limit(bytes_) inside, the limit before it afterwards."""
+    before = stats()
+    set_limit(bytes_)
+    try:
+        yield
+    finally:
+        set_limit(0 if before["limit_bytes"] == before["capacity_bytes"] else
+                  before["limit_bytes"])
 
 
 def find(address):
@@ -171,7 +192,10 @@ def describe():
     s = stats()
     return (f"autovm pool: {_gib(s['allocated_bytes'])} allocated in {s['allocations']} "
             f"tensors (peak {_gib(s['peak_allocated_bytes'])}), {_gib(s['resident_bytes'])} "
-            f"held of a capacity of {_gib(s['capacity_bytes'])}; the refused request was "
+            f"held of a capacity of {_gib(s['capacity_bytes'])}"
+            + (f" limited to {_gib(s['limit_bytes'])}"
+               if s["limit_bytes"] < s["capacity_bytes"] else "")
+            + f"; the refused request was "
             f"{_gib(s['last_failed_bytes'])}")
 
 

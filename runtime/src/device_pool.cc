@@ -15,9 +15,17 @@
 //            chunk_bytes) is mapped while an allocation overlaps it, counted in users_[i]; a
 //            chunk whose users drop to 0 stays mapped (a training step frees and reallocates
 //            the same bytes each step: remapping would cost 61 + 46 us a 2 MiB chunk on the
-//            H200) until trim() or the capacity needs it (below). An
+//            H200) until trim() or the limit needs it (below). An
 //            allocation of a chunk or more starts on a chunk boundary and owns whole chunks
 //            (its block asks for a chunk more, for the alignment: addresses, not memory).
+//            Smaller allocations come from a second address range (a SubAllocator of their
+//            own), where best-fit packs them into few chunks: among the large allocations
+//            each small one would keep a freed large tensor's chunk mapped, and a training
+//            step's few hundred parameters, gradients and statistics would hold hundreds of
+//            chunks that no large tensor can reuse.
+//
+// The limit (set_limit; the capacity unless lowered) is what every check below calls the
+// capacity.
 //
 // Paging (vmm): a runtime that moves a trainer's allocation to the host unmaps and releases
 // the chunks wholly inside it (page_out) and maps them again before copying it back (page_in).
@@ -35,9 +43,10 @@
 // such wait: a wait takes the event's latest record at the time it is enqueued.
 //
 // Giving memory back: a kernel still queued on a freed block must not find its pages gone. A
-// vmm allocation (or page-in) over the capacity first gives back the unused chunks whose last
-// free the device has passed (each free that leaves a chunk unused records an event on its
-// stream), and synchronises the device only if that is not enough; trim always synchronises.
+// vmm allocation (or page-in, or a lower limit) over the capacity first gives back the unused
+// chunks whose last free the device has passed (each free that leaves a chunk unused records
+// an event on its stream), and synchronises the device only if that is not enough; trim always
+// synchronises.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -95,6 +104,7 @@ class CudaPool final : public DevicePool {
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
     const int64_t usable = static_cast<int64_t>(free) - options.free_margin_bytes;
     capacity_ = options.capacity_bytes > 0 ? options.capacity_bytes : usable;
+    limit_ = capacity_;
     const bool oversubscribe = options.memory == AUTOVM_POOL_MANAGED && options.allow_oversubscribe;
     if (capacity_ <= 0 || (capacity_ > usable && !oversubscribe))
       throw Error(AUTOVM_ERR_OUT_OF_MEMORY,
@@ -154,7 +164,8 @@ class CudaPool final : public DevicePool {
     const bool whole = va_base_ && bytes >= static_cast<int64_t>(chunk_);
     const int64_t span = whole ? round_up(bytes, static_cast<int64_t>(chunk_)) : bytes;
     const int64_t ask = whole ? span + static_cast<int64_t>(chunk_) : bytes;
-    auto taken = take(ask, tag, whole ? span : 0);
+    const bool small = va_base_ && !whole;
+    auto taken = take(small ? small_ : sub_, ask, tag, whole ? span : 0);
     if (!taken) {
       ++stats_.failed_allocations;
       stats_.last_failed_bytes = bytes;
@@ -198,7 +209,7 @@ class CudaPool final : public DevicePool {
     }
     const auto whole = whole_.find(address);
     const uintptr_t block = whole != whole_.end() ? whole->second.block : address;
-    const auto freed = sub_.free(block, reinterpret_cast<SubAllocator::Tag>(stream));
+    const auto freed = owner(block).free(block, reinterpret_cast<SubAllocator::Tag>(stream));
     if (serial != serials_.end()) serials_.erase(serial);
     bool unused = false;  // a chunk no allocation uses now
     if (whole != whole_.end()) {
@@ -220,10 +231,24 @@ class CudaPool final : public DevicePool {
 
   autovm_pool_stats stats() const override {
     std::lock_guard<std::mutex> lock(mutex_);
+    return stats_unlocked();
+  }
+
+  autovm_pool_stats stats_unlocked() const {
     autovm_pool_stats s = stats_;
     s.resident_bytes = resident_;
     s.capacity_bytes = capacity_;
-    s.allocations = static_cast<int64_t>(sub_.allocation_count());
+    s.limit_bytes = limit_;
+    s.allocations = static_cast<int64_t>(allocation_count());
+    if (!va_base_) {  // managed: every populated chunk counts as used
+      s.in_use_bytes = resident_;
+      s.peak_in_use_bytes = s.peak_resident_bytes;
+      return s;
+    }
+    s.in_use_bytes = in_use_;
+    s.unused_chunk_bytes = resident_ - in_use_;
+    for (size_t i = (small_base_ - va_base_) / chunk_; i < handles_.size(); ++i)
+      if (handles_[i] && users_[i] > 0) s.small_chunk_bytes += static_cast<int64_t>(chunk_);
     return s;
   }
 
@@ -231,11 +256,27 @@ class CudaPool final : public DevicePool {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.peak_allocated_bytes = stats_.allocated_bytes;
     stats_.peak_resident_bytes = resident_;
+    stats_.peak_in_use_bytes = in_use_;
   }
 
   void trim() override {
     std::lock_guard<std::mutex> lock(mutex_);
     release_unused();
+  }
+
+  void set_limit(int64_t bytes) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!va_base_)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                  "a managed pool gives its pages back only with the pool: its limit is its "
+                  "capacity (use a vmm pool to hold a budget on the device)");
+    if (bytes < 0 || bytes > capacity_)
+      throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
+                  "a limit of " + std::to_string(bytes) + " B is outside (0, the capacity " +
+                      std::to_string(capacity_) + " B] (0: the capacity)");
+    limit_ = bytes == 0 ? capacity_ : bytes;
+    if (resident_ > limit_) release_settled();
+    if (resident_ > limit_) release_unused();
   }
 
   std::optional<Live> live(const void* address, uint64_t bytes) const override {
@@ -279,8 +320,8 @@ class CudaPool final : public DevicePool {
       if (!handles_[i]) needed += static_cast<int64_t>(chunk_);
     // The tensor is the trainer's, so it comes back whatever the capacity says; what no
     // allocation uses goes first, so that the pool stays within it where it can.
-    if (resident_ + needed > capacity_) release_settled();
-    if (resident_ + needed > capacity_) release_unused();
+    if (resident_ + needed > limit_) release_settled();
+    if (resident_ + needed > limit_) release_unused();
     for (size_t i = first; i <= last; ++i) {
       if (handles_[i]) continue;
       if (!map_chunk(i)) {
@@ -311,13 +352,24 @@ class CudaPool final : public DevicePool {
 
  private:
   int64_t allocated() const {
-    return static_cast<int64_t>(sub_.requested_bytes() - padding_bytes_);
+    return static_cast<int64_t>(sub_.requested_bytes() + small_.requested_bytes() -
+                                padding_bytes_);
+  }
+  uint64_t allocation_count() const {
+    return sub_.allocation_count() + small_.allocation_count();
+  }
+  // The bookkeeping an address belongs to: the small allocations' range, or the rest.
+  SubAllocator& owner(uintptr_t address) {
+    return small_base_ && address >= small_base_ ? small_ : sub_;
+  }
+  const SubAllocator& owner(uintptr_t address) const {
+    return small_base_ && address >= small_base_ ? small_ : sub_;
   }
 
   // The allocation `address` lies in, as its caller sees it (a whole-chunk allocation from its
   // chunk-aligned start, its bytes as asked for).
   std::optional<SubAllocator::Allocation> find_locked(uintptr_t address) const {
-    auto a = sub_.find(address);
+    auto a = owner(address).find(address);
     if (!a) return std::nullopt;
     const auto whole = whole_by_block_.find(a->address);
     if (whole == whole_by_block_.end()) return a;
@@ -334,8 +386,9 @@ class CudaPool final : public DevicePool {
   // A block for `bytes`, its chunks populated or mapped; nullopt when the capacity (or the
   // device's free memory, for managed chunks) refuses.
   // `span` > 0: only the `span` bytes from the block's first chunk boundary are used (mapped).
-  std::optional<SubAllocator::Taken> take(int64_t bytes, SubAllocator::Tag tag, int64_t span = 0) {
-    auto taken = sub_.allocate(static_cast<uint64_t>(bytes), tag);
+  std::optional<SubAllocator::Taken> take(SubAllocator& sub, int64_t bytes, SubAllocator::Tag tag,
+                                          int64_t span = 0) {
+    auto taken = sub.allocate(static_cast<uint64_t>(bytes), tag);
     if (!taken) return std::nullopt;  // the address range is full
     auto used = [&] {
       if (span == 0) return std::pair<uintptr_t, uint64_t>{taken->address, taken->bytes};
@@ -346,7 +399,7 @@ class CudaPool final : public DevicePool {
     };
     if (managed_base_) {
       if (populate(taken->address, taken->bytes, tag)) return taken;
-      sub_.free(taken->address, taken->after);
+      sub.free(taken->address, taken->after);
       return std::nullopt;
     }
     const auto [start, length] = used();
@@ -354,7 +407,7 @@ class CudaPool final : public DevicePool {
       release_settled();  // chunks whose frees the device has passed: no wait
       if (!use_chunks(start, length)) release_unused();  // synchronises: every free block is then kAnyStream
       if (!use_chunks(start, length)) {
-        sub_.free(taken->address, SubAllocator::kAnyStream);
+        sub.free(taken->address, SubAllocator::kAnyStream);
         return std::nullopt;
       }
     }
@@ -445,13 +498,20 @@ class CudaPool final : public DevicePool {
     // paged out (live allocations without memory), at most the device's memory again.
     size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
-    va_bytes_ = static_cast<size_t>(round_up(capacity_ + static_cast<int64_t>(total), g) * 2);
+    // Then the small allocations' range: they are never paged out (no chunk lies wholly
+    // inside one), so at most the capacity of them lives; twice that, for their fragmentation.
+    const auto large_bytes =
+        static_cast<size_t>(round_up(capacity_ + static_cast<int64_t>(total), g) * 2);
+    const auto small_bytes = static_cast<size_t>(round_up(capacity_, g) * 2);
+    va_bytes_ = large_bytes + small_bytes;
     check(vmm_.reserve(&va_base_, va_bytes_, chunk_, 0, 0),
           "cuMemAddressReserve of " + gib(static_cast<int64_t>(va_bytes_)) + " of addresses");
     handles_.assign(va_bytes_ / chunk_, 0);
     users_.assign(va_bytes_ / chunk_, 0);
     freed_at_.assign(va_bytes_ / chunk_, 0);
-    sub_.add_region(static_cast<uintptr_t>(va_base_), va_bytes_);
+    small_base_ = static_cast<uintptr_t>(va_base_) + large_bytes;
+    sub_.add_region(static_cast<uintptr_t>(va_base_), large_bytes);
+    small_.add_region(small_base_, small_bytes);
   }
 
   CUdeviceptr chunk_address(size_t i) const { return va_base_ + i * chunk_; }
@@ -468,7 +528,7 @@ class CudaPool final : public DevicePool {
     int64_t needed = 0;
     for (size_t i = first; i <= last; ++i)
       if (!handles_[i]) needed += static_cast<int64_t>(chunk_);
-    if (resident_ + needed > capacity_) return false;
+    if (resident_ + needed > limit_) return false;
     std::vector<size_t> mapped_now;
     for (size_t i = first; i <= last; ++i) {
       if (handles_[i]) continue;
@@ -478,7 +538,8 @@ class CudaPool final : public DevicePool {
       }
       mapped_now.push_back(i);
     }
-    for (size_t i = first; i <= last; ++i) ++users_[i];
+    for (size_t i = first; i <= last; ++i)
+      if (users_[i]++ == 0) add_in_use(static_cast<int64_t>(chunk_));
     return true;
   }
 
@@ -488,6 +549,7 @@ class CudaPool final : public DevicePool {
     bool unused = false;
     for (size_t i = first; i <= last; ++i)
       if (--users_[i] == 0 && handles_[i]) {
+        in_use_ -= static_cast<int64_t>(chunk_);
         freed_at_[i] = free_count_ + 1;
         unused = true;
       }
@@ -538,7 +600,13 @@ class CudaPool final : public DevicePool {
     handles_[i] = h;
     resident_ += static_cast<int64_t>(chunk_);
     stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
+    if (users_[i] > 0) add_in_use(static_cast<int64_t>(chunk_));  // paged in
     return true;
+  }
+
+  void add_in_use(int64_t bytes) {
+    in_use_ += bytes;
+    stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, in_use_);
   }
 
   void unmap_chunk(size_t i) {
@@ -546,6 +614,7 @@ class CudaPool final : public DevicePool {
     check(vmm_.release(handles_[i]), "cuMemRelease of a pool chunk");
     handles_[i] = 0;
     resident_ -= static_cast<int64_t>(chunk_);
+    if (users_[i] > 0) in_use_ -= static_cast<int64_t>(chunk_);  // paged out
   }
 
   // Synchronises the device, then gives back what no allocation uses.
@@ -553,6 +622,7 @@ class CudaPool final : public DevicePool {
     DeviceGuard guard(options_.device);
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before giving pool memory back");
     sub_.retag_free();
+    small_.retag_free();
     if (!va_base_) return;  // managed: populated pages go back only with the whole range
     for (const FreeMark& f : frees_) spare_events_.push_back(f.event);
     frees_.clear();
@@ -568,17 +638,28 @@ class CudaPool final : public DevicePool {
     return "out of memory: cannot allocate " + gib(bytes) + " on CUDA device " +
            std::to_string(options_.device) + " (" +
            (options_.memory == AUTOVM_POOL_VMM ? "vmm" : "managed") + " pool): " +
-           gib(allocated()) + " allocated in " +
-           std::to_string(sub_.allocation_count()) + " allocations, " + gib(resident_) +
-           " held of a capacity of " + gib(capacity_) + ", largest free block " +
-           gib(static_cast<int64_t>(sub_.largest_free_block()));
+           gib(allocated()) + " allocated in " + std::to_string(allocation_count()) +
+           " allocations, " + gib(resident_) + " held" + held_detail() + " of " +
+           (limit_ < capacity_ ? "a limit of " + gib(limit_) + " (capacity " + gib(capacity_) + ")"
+                               : "a capacity of " + gib(capacity_)) +
+           ", largest free block " + gib(static_cast<int64_t>(sub_.largest_free_block()));
+  }
+
+  // vmm: what the held memory is, for an out-of-memory message.
+  std::string held_detail() const {
+    if (!va_base_) return "";
+    const autovm_pool_stats s = stats_unlocked();
+    return " (" + gib(s.small_chunk_bytes) + " in chunks of allocations under " +
+           gib(static_cast<int64_t>(chunk_)) + ", " + gib(s.unused_chunk_bytes) + " unused)";
   }
 
   DevicePoolOptions options_;
   mutable std::mutex mutex_;
   SubAllocator sub_;
   int64_t capacity_ = 0;
+  int64_t limit_ = 0;  // the capacity, or a lower limit (set_limit)
   int64_t resident_ = 0;
+  int64_t in_use_ = 0;  // vmm: mapped chunks some live allocation overlaps
   autovm_pool_stats stats_{};
   cudaEvent_t order_event_ = nullptr;
   // managed:
@@ -591,6 +672,8 @@ class CudaPool final : public DevicePool {
   CUdeviceptr va_base_ = 0;
   size_t va_bytes_ = 0;
   size_t chunk_ = 0;
+  SubAllocator small_;        // allocations under a chunk, in [small_base_, va end)
+  uintptr_t small_base_ = 0;  // 0: no such range (managed)
   std::vector<CUmemGenericAllocationHandle> handles_;  // 0: not mapped
   std::vector<uint32_t> users_;                        // live allocations overlapping the chunk
   // Stream-ordered release: chunk i, unused since free number freed_at_[i], may go without a

@@ -35,6 +35,8 @@ class DevicePool {
   virtual autovm_pool_stats stats() const = 0;
   virtual void reset_peaks() = 0;
   virtual void trim() = 0;
+  // autovm_pool_set_limit (autovm.h): vmm only, bytes in (0, capacity], 0 the capacity.
+  virtual void set_limit(int64_t bytes) = 0;
 
   // Paging the trainer's allocations (vmm pools; runtime/README.md, "The trainer's memory on
   // the vmm pool"). An allocation is named by its base address and the serial the pool gave it

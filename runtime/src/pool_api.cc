@@ -253,6 +253,14 @@ autovm_status autovm_pool_trim(autovm_pool* pool) {
   });
 }
 
+autovm_status autovm_pool_set_limit(autovm_pool* pool, int64_t bytes) {
+  const char* const self = __func__;
+  return guard([&] {
+    auto& p = pool_of(pool, self);
+    named(self, [&] { p.set_limit(bytes); });
+  });
+}
+
 autovm_status autovm_torch_configure(const autovm_pool_options* options) {
   const char* const self = __func__;
   return guard([&] {

@@ -335,7 +335,8 @@ TEST_CASE("trainer memory on a vmm pool: an evicted tensor's pages go, its bytes
               AUTOVM_OK);
     const uint32_t seed = 700u * static_cast<uint32_t>(round + 1);
     uint32_t seeds[3] = {seed, seed + 1, seed + 2};
-    int64_t paged_before = pool_stats().paged_out_bytes;
+    const autovm_pool_stats before = pool_stats();
+    int64_t paged_before = before.paged_out_bytes;
     for (int s = 0; s < 5; ++s) {
       REQUIRE_MESSAGE(autovm_step_begin(rt, s, gpu.stream) == AUTOVM_OK, autovm_last_error());
       if (s == 0) {
@@ -349,6 +350,9 @@ TEST_CASE("trainer memory on a vmm pool: an evicted tensor's pages go, its bytes
       if (s == 2) {  // a was paged out at the boundary after step 1
         const autovm_pool_stats st = pool_stats();
         CHECK(st.paged_out_bytes - paged_before >= (2 << 20));
+        // Its pages are off the device: neither held nor in use, though a still lives.
+        CHECK(before.in_use_bytes - st.in_use_bytes == st.paged_out_bytes - paged_before);
+        CHECK(st.in_use_bytes <= st.resident_bytes);
         if (round == 1) {
           REQUIRE_MESSAGE(autovm_tensor_require(rt, 0, gpu.stream) == AUTOVM_OK,
                           autovm_last_error());

@@ -2,7 +2,9 @@
 // kinds of memory. Sizes from 0 B to 4 GiB hold their bytes (checksums on the GPU); a block freed
 // on one stream while kernels on it are still queued is reused by another stream only after
 // them (no stale bytes); VMM memory goes back to the device on a trim; a pool refuses what its
-// capacity or the device cannot hold; PyTorch's hooks allocate, free and throw on exhaustion.
+// capacity or the device cannot hold; a vmm pool keeps small allocations in chunks of their
+// own, and a limit below the capacity gives unused chunks back and refuses beyond it; PyTorch's
+// hooks allocate, free and throw on exhaustion.
 // Exits 77 (skipped) without a CUDA device.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <autovm/autovm.h>
@@ -274,6 +276,55 @@ TEST_CASE("the capacity and the device's free memory bound a pool") {
     CHECK(autovm_pool_dealloc(pool, b, nullptr) == AUTOVM_ERR_INVALID_ARGUMENT);  // twice
     autovm_pool_free(pool);
   }
+}
+
+TEST_CASE("a vmm pool packs small allocations apart, and a limit holds its device memory") {
+  autovm_pool* pool = make_pool(AUTOVM_POOL_VMM, kGiB);  // chunks of 2 MiB
+  std::vector<void*> large, small;
+  for (int i = 0; i < 64; ++i) {  // activations among parameters, as a training step makes them
+    large.push_back(alloc(pool, 4 * kMiB, nullptr));
+    small.push_back(alloc(pool, 64 * 1024, nullptr));
+  }
+  autovm_pool_stats s = stats_of(pool);
+  CHECK(s.small_chunk_bytes == 4 * kMiB);  // 64 x 64 KiB in two chunks, not one each
+  CHECK(s.unused_chunk_bytes == 0);
+  CHECK(s.resident_bytes == 64 * 4 * kMiB + 4 * kMiB);
+  CHECK(s.in_use_bytes == s.resident_bytes);
+  CHECK(s.limit_bytes == kGiB);
+  for (void* p : large) REQUIRE(autovm_pool_dealloc(pool, p, nullptr) == AUTOVM_OK);
+  s = stats_of(pool);
+  CHECK(s.unused_chunk_bytes == 64 * 4 * kMiB);  // freed, still mapped
+  CHECK(s.resident_bytes == s.unused_chunk_bytes + s.small_chunk_bytes);
+  CHECK(s.in_use_bytes == 4 * kMiB);
+  CHECK(s.peak_in_use_bytes == 64 * 4 * kMiB + 4 * kMiB);
+
+  REQUIRE(autovm_pool_set_limit(pool, 64 * kMiB) == AUTOVM_OK);  // unused chunks go at once
+  s = stats_of(pool);
+  CHECK(s.limit_bytes == 64 * kMiB);
+  CHECK(s.resident_bytes == 4 * kMiB);
+  void* p = nullptr;
+  CHECK(autovm_pool_alloc(pool, 100 * kMiB, nullptr, &p) == AUTOVM_ERR_OUT_OF_MEMORY);
+  CHECK(std::string(autovm_last_error()).find("a limit of 0.06 GiB") != std::string::npos);
+  CHECK(std::string(autovm_last_error()).find("in chunks of allocations under") !=
+        std::string::npos);
+  void* fits = alloc(pool, 32 * kMiB, nullptr);
+  REQUIRE(fill_pattern(fits, 32 * kMiB, 3, nullptr) == cudaSuccess);
+  CHECK(sum_of(fits, 32 * kMiB, nullptr) == pattern_checksum(3, 32 * kMiB));
+  REQUIRE(autovm_pool_dealloc(pool, fits, nullptr) == AUTOVM_OK);
+  REQUIRE(autovm_pool_set_limit(pool, 0) == AUTOVM_OK);  // the capacity again
+  CHECK(stats_of(pool).limit_bytes == kGiB);
+  void* big = alloc(pool, 100 * kMiB, nullptr);
+  REQUIRE(autovm_pool_dealloc(pool, big, nullptr) == AUTOVM_OK);
+  CHECK(autovm_pool_set_limit(pool, 2 * kGiB) == AUTOVM_ERR_INVALID_ARGUMENT);  // > capacity
+  CHECK(autovm_pool_set_limit(pool, -1) == AUTOVM_ERR_INVALID_ARGUMENT);
+  for (void* q : small) REQUIRE(autovm_pool_dealloc(pool, q, nullptr) == AUTOVM_OK);
+  CHECK(stats_of(pool).small_chunk_bytes == 0);
+  autovm_pool_free(pool);
+
+  autovm_pool* managed = make_pool(AUTOVM_POOL_MANAGED, 64 * kMiB);
+  CHECK(autovm_pool_set_limit(managed, 32 * kMiB) == AUTOVM_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(autovm_last_error()).find("managed pool") != std::string::npos);
+  autovm_pool_free(managed);
 }
 
 TEST_CASE("threads allocating and freeing at once on their own streams") {

@@ -44,7 +44,7 @@ extern "C" {
 #endif
 
 /* The version of this header's API. autovm_version() returns the library's; they must match. */
-#define AUTOVM_API_VERSION 2
+#define AUTOVM_API_VERSION 3
 
 typedef enum autovm_status {
   AUTOVM_OK = 0,
@@ -385,7 +385,11 @@ AUTOVM_EXPORT autovm_status autovm_step_stall_us(const autovm_runtime* rt, int64
  *            needs more than the capacity: then the unused chunks whose frees the device has
  *            passed go first (an event recorded at each free: no wait), and only if that is
  *            not enough does the pool synchronise and give back every unused chunk. An
- *            allocation of a chunk or more starts on a chunk boundary and owns whole chunks.
+ *            allocation of a chunk or more starts on a chunk boundary and owns whole chunks;
+ *            smaller ones are carved from an address range of their own, so that they pack
+ *            into few chunks instead of each keeping one of the large allocations' chunks
+ *            mapped. A limit (autovm_pool_set_limit) lowers the capacity for a while: a
+ *            runtime holding a budget sets it to the budget.
  *
  * Safety. The capacity (device memory the pool may hold: populated or mapped chunks) is
  * refused at creation when it is larger than the device's free memory less free_margin_bytes,
@@ -432,6 +436,17 @@ typedef struct autovm_pool_stats {
   int64_t released_bytes;       /* SUM: device memory given back by trims */
   int64_t paged_out_bytes;      /* SUM: vmm chunks a runtime unmapped under an evicted tensor */
   int64_t paged_in_bytes;       /* SUM: vmm chunks mapped again to bring one back */
+  int64_t limit_bytes;          /* the most resident_bytes may reach now: capacity_bytes, or
+                                   the limit set (autovm_pool_set_limit) */
+  int64_t small_chunk_bytes;    /* vmm: mapped chunks that allocations under a chunk use (the
+                                   rest of resident_bytes: whole-chunk allocations, and the
+                                   unused chunks) */
+  int64_t unused_chunk_bytes;   /* vmm: mapped chunks no allocation uses (given back by a trim,
+                                   or when an allocation needs them under the limit) */
+  int64_t in_use_bytes;         /* resident_bytes less unused_chunk_bytes: what the pool cannot
+                                   give back now (managed: resident_bytes) */
+  int64_t peak_in_use_bytes;    /* most in_use_bytes since creation or the last reset: what a
+                                   limit has to allow for the same allocations to fit */
 } autovm_pool_stats;
 
 /* Defaults: managed, device 0, capacity from the free memory, a 1 GiB margin. */
@@ -458,6 +473,13 @@ AUTOVM_EXPORT autovm_status autovm_pool_reset_peaks(autovm_pool* pool);
 /* Synchronises the device, then gives back the vmm chunks no allocation uses (managed pools
  * give nothing back); every free block is then reusable by any stream without a wait. */
 AUTOVM_EXPORT autovm_status autovm_pool_trim(autovm_pool* pool);
+/* vmm pools: the most device memory the pool may hold from now on, `bytes` in (0, capacity]
+ * (0: the capacity again). Unused chunks beyond it are given back at once (synchronising the
+ * device if need be); live allocations stay, and allocations that would pass the limit fail
+ * as they would at the capacity. A runtime's page-in is not refused (the tensor is the
+ * trainer's). AUTOVM_ERR_INVALID_ARGUMENT for a managed pool, whose pages go back only with
+ * the pool, and for bytes outside that range. */
+AUTOVM_EXPORT autovm_status autovm_pool_set_limit(autovm_pool* pool, int64_t bytes);
 
 /* --- PyTorch's allocator hooks ------------------------------------------------------------
  * The process's torch pool, behind torch.cuda.memory.CUDAPluggableAllocator (python/autovm/
