@@ -57,15 +57,14 @@ _UNIT = {"B": 1, "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30, "TiB": 2 ** 40}
 
 def wanted(model, example_batch, budget, executor, data_parallel):
     """Whether plan(calibrate="auto") calibrates: a budget in bytes, one process, the model and
-    its input on a CUDA GPU, and for executor "runtime" libautovm's managed pool installed as
+    its input on a CUDA GPU, and for executor "runtime" libautovm's pool installed as
     PyTorch's allocator (attach() needs it)."""
     from . import allocator
     from .planner import example_input
 
     if budget is None or data_parallel:
         return False
-    if executor == "runtime" and (allocator.installed() != "global"
-                                  or allocator.memory() != "managed"):
+    if executor == "runtime" and allocator.installed() != "global":
         return False
     p = next(iter(model.parameters()), None)
     return p is not None and p.is_cuda and example_input(example_batch).is_cuda
@@ -102,8 +101,9 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
             if n > 1:
                 saved.restore()
             if executor == "runtime":
-                peak, oom, start = _measure_runtime(plan, model, optimizer, x, labels, device,
-                                                    autocast=autocast, loss=loss, steps=steps)
+                peak, oom, start = _measure_runtime(plan, model, optimizer, x, labels, budget,
+                                                    device, autocast=autocast, loss=loss,
+                                                    steps=steps)
             else:
                 peak, oom, start = _measure(plan, model, optimizer, x, labels, budget,
                                             allowance if capped else None, total, device,
@@ -118,7 +118,9 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
                 short = peak - budget
             else:
                 short = oom["allocated_bytes"] + oom["requested_bytes"] - budget
-                if short <= 0:  # fragmentation: the same plan, with more room to reserve
+                if short <= 0 and executor == "runtime":  # the pool's fragmentation
+                    short = oom["requested_bytes"]
+                elif short <= 0:  # fragmentation: the same plan, with more room to reserve
                     allowance += oom["reserved_bytes"] - oom["allocated_bytes"]
                     continue
             margin += short + int(SLACK_FRACTION * budget)
@@ -147,11 +149,20 @@ def _tries(tries):
     out = []
     for t in tries:
         o = t["out_of_memory"]
-        out.append(f"planned for {t['planned_budget_bytes']} B, from {t['allocated_before_bytes']}"
-                   f" B allocated: " + (f"peak {t['peak_bytes']} B" if o is None else
-                      f"out of memory after plan step {o['after_step']} asking "
-                      f"{o['requested_bytes']} B with {o['allocated_bytes']} B allocated, "
-                      f"{o['reserved_bytes']} B reserved"))
+        if o is None:
+            what = f"peak {t['peak_bytes']} B"
+        elif "pool" in o:
+            p = o["pool"]
+            what = (f"out of memory after plan step {o['after_step']} asking "
+                    f"{o['requested_bytes']} B with {p['allocated_bytes']} B allocated, "
+                    f"{p['resident_bytes']} B held by the pool ({p['small_chunk_bytes']} B in "
+                    f"chunks of small allocations, {p['unused_chunk_bytes']} B unused)")
+        else:
+            what = (f"out of memory after plan step {o['after_step']} asking "
+                    f"{o['requested_bytes']} B with {o['allocated_bytes']} B allocated, "
+                    f"{o['reserved_bytes']} B reserved")
+        out.append(f"planned for {t['planned_budget_bytes']} B, from "
+                   f"{t['allocated_before_bytes']} B allocated: {what}")
     return "; ".join(out)
 
 
@@ -201,10 +212,22 @@ def _measure(plan, model, optimizer, x, labels, budget, allowance, total, device
             torch.cuda.set_per_process_memory_fraction(before, device)
 
 
-def _measure_runtime(plan, model, optimizer, x, labels, device, *, autocast, loss, steps):
-    """The runtime's peak resident bytes (its count of the tensors bound to the plan) over
-    `steps` training steps under attach(..., executor="runtime"); libautovm's pool, PyTorch's
-    allocator there, is not capped: pages beyond the budget are the runtime's to move."""
+def _measure_runtime(plan, model, optimizer, x, labels, budget, device, *, autocast, loss,
+                     steps):
+    """Peak bytes of `steps` training steps under attach(..., executor="runtime"); None, or the
+    out-of-memory figures of the allocation the pool refused; and the pool's figures at the
+    start. The peak is what holds the budget on each pool:
+      vmm      the most device memory the live allocations' chunks held at once (the pool's
+               peak_in_use_bytes): the plan's tensors, and beside them cuDNN's workspaces,
+               tensors the plan does not name, and the chunks' rounding. It is what the pool
+               cannot give back, so it is what attach() needs when it limits the pool to the
+               budget for a calibrated plan (unused chunks then go back before the budget is
+               passed). The steps run without that limit: one run measures the whole excess,
+               where a run at the limit would stop at its first refusal;
+      managed  the runtime's count of the tensors bound to the plan: the pool's pages stay on
+               the device (the budget there is the runtime's accounting).
+    A vmm pool whose capacity is below the budget is refused: the steps would run out of
+    memory that the budget promises."""
     import torch
 
     from . import allocator
@@ -212,12 +235,38 @@ def _measure_runtime(plan, model, optimizer, x, labels, device, *, autocast, los
 
     torch.cuda.synchronize(device)
     gc.collect()
-    start = {"allocated_before_bytes": allocator.stats()["allocated_bytes"], "cap_bytes": None}
+    vmm = allocator.memory() == "vmm"
+    before = allocator.stats()
+    if vmm and before["capacity_bytes"] < budget:
+        raise PlannerError(f"the budget {budget} B is more than the autovm pool's capacity "
+                           f"{before['capacity_bytes']} B: install the allocator with "
+                           f"capacity_bytes={budget} (or more)", exit_code=6)
+    if vmm:
+        allocator.trim()
+    allocator.reset_peaks()
+    start = {"allocated_before_bytes": before["allocated_bytes"],
+             "reserved_before_bytes": allocator.stats()["resident_bytes"], "cap_bytes": None}
+    oom = None
     with attach(model, optimizer, plan, unrealized="ignore", executor="runtime") as run:
-        _steps(model, optimizer, x, labels, autocast, loss, steps, device)
-        peak = run.runtime.stats()["peak_resident_bytes"]
+        try:
+            _steps(model, optimizer, x, labels, autocast, loss, steps, device)
+        except RuntimeError as e:  # the pool's refusal; torch.cuda.OutOfMemoryError is one
+            if allocator.OOM_MARK not in str(e) and not isinstance(e, torch.cuda.OutOfMemoryError):
+                raise
+            s = allocator.stats()
+            # On a vmm pool what counts against the budget is the memory held, allocated or
+            # not (its small allocations' chunks, its rounding).
+            oom = {"allocated_bytes": s["resident_bytes"] if vmm else s["allocated_bytes"],
+                   "reserved_bytes": s["resident_bytes"],
+                   "pool": {k: s[k] for k in ("allocated_bytes", "resident_bytes",
+                                              "small_chunk_bytes", "unused_chunk_bytes")},
+                   "requested_bytes": s["last_failed_bytes"],
+                   "after_step": run.runtime.next - 1,
+                   "message": str(e).splitlines()[0][:400]}
+            run.abandon_step()  # its saved tensors go now, not with a backward
+        counted = run.runtime.stats()["peak_resident_bytes"]
     optimizer.zero_grad(set_to_none=True)
-    return peak, None, start
+    return (allocator.stats()["peak_in_use_bytes"] if vmm else counted), oom, start
 
 
 def _steps(model, optimizer, x, labels, autocast, loss, steps, device):

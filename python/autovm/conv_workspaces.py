@@ -12,7 +12,8 @@ the first two samples without gradients, in the model's own training mode, or in
 where that fails; its shapes scaled to the batch),
 then runs each distinct convolution alone on the GPU at the full batch, forward and backward,
 in the dtype it computes in, under the current cuDNN settings (deterministic, benchmark, TF32),
-and records what it allocated beyond its outputs. The entries are what
+and records what it allocated beyond its outputs, as PyTorch's caching allocator counts it or,
+under autovm.allocator's pool, as the pool does. The entries are what
 compiler/training/conv_workspaces.h reads. A convolution that runs out of memory alone, or one
 with string padding ('same'), has no entry: the planner keeps its estimate for it.
 
@@ -107,10 +108,56 @@ def convolutions(model, x, autocast=None):
     return found
 
 
-def _block(t):
-    """What the caching allocator counts for tensor t's storage (a multiple of 512 bytes)."""
-    n = t.numel() * t.element_size()
-    return (n + 511) // 512 * 512
+class _Meter:
+    """What one convolution allocates, read from the allocator that serves PyTorch: the caching
+    allocator's statistics, or under autovm.allocator's global pool (where PyTorch's raise)
+    the pool's. The caching allocator counts a tensor in blocks of 512 bytes, the pool at the
+    size asked for."""
+
+    def __init__(self, device):
+        from . import allocator
+
+        self.device = device
+        self.pool = allocator if allocator.installed() == "global" else None
+
+    def reset(self):
+        """Synchronises the device and starts a peak; returns the bytes allocated now."""
+        import torch
+
+        torch.cuda.synchronize(self.device)
+        if self.pool is None:
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return torch.cuda.memory_allocated(self.device)
+        self.pool.reset_peaks()
+        return self.pool.stats()["allocated_bytes"]
+
+    def peak(self):
+        """The most bytes allocated since reset(), once the device has finished."""
+        import torch
+
+        torch.cuda.synchronize(self.device)
+        if self.pool is None:
+            return torch.cuda.max_memory_allocated(self.device)
+        return self.pool.stats()["peak_allocated_bytes"]
+
+    def bytes_of(self, t):
+        n = t.numel() * t.element_size()
+        return n if self.pool is not None else (n + 511) // 512 * 512
+
+    def out_of_memory(self, e):
+        """Whether exception e is the allocator refusing an allocation."""
+        import torch
+
+        from .allocator import OOM_MARK
+
+        return isinstance(e, torch.cuda.OutOfMemoryError) or (
+            self.pool is not None and isinstance(e, RuntimeError) and OOM_MARK in str(e))
+
+    def give_back(self):
+        import torch
+
+        if self.pool is None:
+            torch.cuda.empty_cache()
 
 
 def _convolution(entry, device):
@@ -133,27 +180,21 @@ def _convolution(entry, device):
     return fn, x, w, kw
 
 
-def _run_one(entry, device):
+def _run_one(entry, meter):
     """(forward bytes, backward bytes) beyond the outputs for one entry, from its second run
     (the first may search for the algorithm)."""
     import torch
 
-    fn, x, w, kw = _convolution(entry, device)
+    fn, x, w, kw = _convolution(entry, meter.device)
     result = (0, 0)
     for _ in range(2):
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
+        base = meter.reset()
         y = fn(x, w, None, **kw)
-        torch.cuda.synchronize(device)
-        forward = torch.cuda.max_memory_allocated(device) - base - _block(y)
+        forward = meter.peak() - base - meter.bytes_of(y)
         gy = torch.zeros_like(y)
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
+        base = meter.reset()
         gx, gw = torch.autograd.grad(y, (x, w), gy)
-        torch.cuda.synchronize(device)
-        backward = torch.cuda.max_memory_allocated(device) - base - _block(gx) - _block(gw)
+        backward = meter.peak() - base - meter.bytes_of(gx) - meter.bytes_of(gw)
         result = (max(0, forward), max(0, backward))
         del y, gy, gx, gw
     return result
@@ -163,25 +204,25 @@ def measure(model, example_input, autocast=None):
     """{"convolutions": [entry, ...]} for `model` on `example_input` (on a CUDA GPU; on
     another device there is nothing to measure and the list is empty), each entry with
     forward_bytes and backward_bytes; "skipped": the convolutions that ran out of memory."""
-    import torch
-
     x = example_input
     out = {"convolutions": [], "skipped": []}
     if x.device.type != "cuda":
         return out
-    device = x.device
+    meter = _Meter(x.device)
     for entry in convolutions(model, x, autocast):
         try:
-            forward, backward = _run_one(entry, device)
-        except torch.cuda.OutOfMemoryError:
+            forward, backward = _run_one(entry, meter)
+        except RuntimeError as e:  # torch.cuda.OutOfMemoryError is one
+            if not meter.out_of_memory(e):
+                raise
             out["skipped"].append(entry)
             continue
         finally:
-            torch.cuda.empty_cache()
+            meter.give_back()
         entry = dict(entry)
         entry.pop("output_padding", None)
         entry.update(forward_bytes=int(forward), backward_bytes=int(backward))
         out["convolutions"].append(entry)
-    torch.cuda.reset_peak_memory_stats(device)
+    meter.reset()
     return out
 

@@ -311,14 +311,15 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
 
     calibrate: "auto" (default): with a budget in bytes, no data_parallel and the model and
     example batch on a CUDA GPU, run two training steps under the plan (executor "copy": with
-    PyTorch's allocator capped; "runtime": counted by libautovm, whose managed pool must be
-    installed) and plan again with a larger margin until their peak is within the budget
+    PyTorch's allocator capped; "runtime": on libautovm's pool, which must be installed
+    (autovm.allocator), counted by the runtime on a managed pool and by the device memory the
+    pool holds on a vmm pool) and plan again with a larger margin until their peak is within the budget
     (autovm/calibrate.py; the model, optimizer and random state are restored, and
     PlannerError, exit_code 6, says so when no plan holds); True: the same, and ValueError
     where it cannot run; False: never. The example batch's labels are used when it is
     (input, labels).
 
-    conv_workspaces: "auto" (default): when the calibration runs for executor "copy", measure
+    conv_workspaces: "auto" (default): when the calibration runs, measure
     each convolution's cuDNN workspace on this GPU first (autovm/conv_workspaces.py) and plan
     it (autovm-plan --conv-workspaces), so that cuDNN keeps its fast algorithms; the
     calibration then runs without a cap. Should no plan hold with them, the model is planned again with the
@@ -359,12 +360,9 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     if calibrate is True and not can_calibrate:
         raise ValueError("calibrate=True needs a budget in bytes, no data_parallel, the model "
                          "and example batch on a CUDA GPU, and for executor='runtime' "
-                         "autovm.allocator installed on managed memory")
+                         "autovm.allocator installed")
     calibrating = can_calibrate and calibrate is not False
-    # The runtime executor's pool is PyTorch's allocator there, whose statistics the
-    # measurement reads are PyTorch's own: that path keeps the estimate.
-    workspaces = _conv_workspaces(conv_workspaces, calibrating and executor == "copy", model, x,
-                                  mode)
+    workspaces = _conv_workspaces(conv_workspaces, calibrating, model, x, mode)
     if workspaces is not None and "--conv-workspaces" not in flags:
         raise ToolNotFoundError(f"{exe} has no --conv-workspaces option: rebuild autovm-plan")
     # Removed when the Plan that keeps it goes, or at once when planning fails.
@@ -453,6 +451,14 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
             except PlannerError as e:
                 if e.exit_code != 6:
                     raise
+                if executor == "runtime":
+                    # On libautovm's pool, cuDNN cannot fall back to a smaller workspace: it
+                    # does so only on PyTorch's own out-of-memory exception (calibrate.py).
+                    raise PlannerError(
+                        f"the budget {requested} B cannot be promised: no plan holds it with "
+                        f"the convolutions' measured workspaces, which cuDNN takes on "
+                        f"autovm's pool whatever the plan says ({str(e)[:1500]}). Give a "
+                        f"larger budget", exit_code=6) from e
                 warnings.warn(f"no plan holds the budget with the convolutions' measured "
                               f"workspaces ({str(e)[:1500]}); planned with the estimate, so "
                               f"cuDNN may run slower convolution algorithms", RuntimeWarning,

@@ -78,8 +78,14 @@ def make_runtime(plan, mode="plan", backend="cuda"):
                 "capacity has to hold the plan and what it does not see (cuDNN workspaces, "
                 "whole-chunk rounding: docs/trainer-paging.md); install the allocator with a "
                 "larger capacity_bytes", RuntimeWarning, stacklevel=3)
+    # A calibrated plan's budget was measured as the device memory the pool holds: the pool's
+    # limit keeps it there (unused chunks go back before the budget is passed).
+    calibrated = getattr(plan, "calibration", None) is not None
+    limit = 0
+    if memory == "vmm" and calibrated:
+        limit = min(plan.requested_budget_bytes, allocator.stats()["capacity_bytes"])
     return RuntimeExecutor(plan, mode=mode, backend=backend, lib=allocator.library(),
-                           mechanism=POOL_MECHANISMS[memory])
+                           mechanism=POOL_MECHANISMS[memory], pool_limit_bytes=limit)
 
 
 # What an optimizer step reads: the plan's kinds.
@@ -96,14 +102,18 @@ class RuntimeExecutor:
     prefetches: pages fault back when touched). backend: "cuda", or "host" (tests on the CPU:
     the host backend counts the moves and leaves the bytes alone).
     mechanism: the CUDA backend's, for the pool the tensors lie in (POOL_MECHANISMS).
-    calls: None, or a list that records every call made to the runtime (tests)."""
+    calls: None, or a list that records every call made to the runtime (tests).
+    pool_limit_bytes: > 0, autovm.allocator's vmm pool holds at most that much device memory
+    until close() (allocator.limit)."""
 
     def __init__(self, plan, *, mode="plan", backend="cuda", lib=None, budget_bytes=0,
-                 calls=None, mechanism="prefetch"):
+                 calls=None, mechanism="prefetch", pool_limit_bytes=0):
         if mode not in MODES:
             raise AutoVMError(f"runtime mode {mode!r}: use one of {sorted(MODES)}")
         if backend not in BACKENDS:
             raise AutoVMError(f"runtime backend {backend!r}: use one of {sorted(BACKENDS)}")
+        self._limit = None     # allocator.limit(pool_limit_bytes), entered
+        self.handle = None
         self.lib = lib if lib is not None else Library.get()
         self.plan, self.backend, self.mode = plan, backend, mode
         # Whether the runtime takes pages off the device (the mapped mechanism): then a tensor
@@ -133,6 +143,11 @@ class RuntimeExecutor:
             self.lib.free_plan(handle)
         self.handle = rt
         self.ids = {t["name"]: t["id"] for t in plan.tensors}
+        if pool_limit_bytes > 0:
+            from . import allocator
+
+            self._limit = allocator.limit(pool_limit_bytes)
+            self._limit.__enter__()
 
     def close(self):
         if self.handle is not None:
@@ -141,6 +156,9 @@ class RuntimeExecutor:
                 torch.cuda.synchronize()  # the runtime's copies may still read bound ranges
             self.lib._lib.autovm_runtime_free(self.handle)
             self.handle = None
+        if self._limit is not None:
+            limit, self._limit = self._limit, None
+            limit.__exit__(None, None, None)
 
     def __del__(self):
         try:

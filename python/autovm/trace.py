@@ -47,6 +47,15 @@ class _Trace:
         torch = self.torch
         if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
             return
+        from . import allocator
+
+        if allocator.installed() == "global":  # PyTorch's statistics raise: the pool's
+            s = allocator.stats()
+            self.memory_trace.append({"step": self._steps, "pos": pos,
+                                      "allocated": s["allocated_bytes"],
+                                      "peak": s["peak_allocated_bytes"]})
+            allocator.reset_peaks()
+            return
         self.memory_trace.append({"step": self._steps, "pos": pos,
                                   "allocated": torch.cuda.memory_allocated(),
                                   "peak": torch.cuda.max_memory_allocated()})

@@ -7,6 +7,11 @@ movable), in a fresh process per pool:
   managed  the prefetch mechanism: migration
 Each run's losses and final weights are bit-identical to plain training of a twin on the same
 pool in the same process; the runtime really moved bytes both ways; on the vmm pool it unmapped pages (the pool's paged_out_bytes > 0) and mapped them again.
+A third run, "vmm calibrated", plans in the child itself, on the GPU: plan(executor="runtime")
+at 65 % of the device memory plain training held on the vmm pool (its peak resident bytes)
+measures the convolutions' workspaces on the pool and calibrates. Training under that plan
+(attach limits the pool to the budget) holds at most the budget of device memory, and is
+bit-identical to the twin.
 
 usage: test_runtime_gpu.py --planner AUTOVM_PLAN --lib LIBAUTOVM   (exits 77 without a GPU)
        test_runtime_gpu.py --child MEMORY --plan PLAN --lib LIBAUTOVM   (one run, JSON out)
@@ -61,6 +66,56 @@ def child(memory, plan_path, lib):
     return out
 
 
+def child_calibrated(planner, lib):
+    """Plain training of a twin, then plan() on the GPU at CALIBRATED_FRACTION of the pool's
+    peak resident bytes under it, then training under that plan."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    import torch
+
+    import autovm
+    from autovm import allocator
+    from adapter_models import batch, compare, momentum, train, twins
+
+    allocator.install("vmm", capacity_bytes=8 << 30, lib_path=lib)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    dev = torch.device("cuda")
+    a, oa, b, ob = twins(make_model().to(dev), momentum)
+    x, y = batch(BATCH, RESOLUTION, CLASSES, device=dev)
+    out = {"memory": "vmm calibrated"}
+    with allocator.out_of_memory_errors():
+        allocator.trim()
+        allocator.reset_peaks()
+        la = train(a, oa, x, y)
+        plain_peak = allocator.stats()["peak_resident_bytes"]
+        a.cpu()  # compared on the host; its momentum goes with its optimizer
+        del oa
+        budget = int(CALIBRATED_FRACTION * plain_peak)
+        tmp = tempfile.mkdtemp(prefix="autovm-calibrated-")  # the plan file stays for attach
+        plan = autovm.plan(b, (x, y), ob, budget=budget, executor="runtime",
+                           planner=planner or None, lib=lib or None,
+                           out=os.path.join(tmp, "plan.json"))
+        if plan.calibration is None:
+            return {**out, "error": "plan() did not calibrate"}
+        allocator.trim()
+        allocator.reset_peaks()
+        with autovm.attach(b, ob, plan, unrealized="ignore", executor="runtime") as run:
+            limit_inside = allocator.stats()["limit_bytes"]
+            lb = train(b, ob, x, y)
+        torch.cuda.synchronize()
+        out.update(limits=[limit_inside, allocator.stats()["limit_bytes"]])
+        out.update(runtime=run.runtime.stats(), pool=allocator.stats(), budget_bytes=budget,
+                   plain_peak_resident_bytes=plain_peak,
+                   calibration={k: v for k, v in plan.calibration.items() if k != "tries"},
+                   workspaces=len((plan.conv_workspaces or {}).get("convolutions", [])))
+    b.cpu()
+    out["difference"] = compare(a, [t.cpu() for t in la], b, [t.cpu() for t in lb])
+    return out
+
+
+CALIBRATED_FRACTION = 0.65
+
+
 def check(r):
     if "error" in r:
         return r["error"]
@@ -69,8 +124,16 @@ def check(r):
         return f"not bit-identical to plain training: {r['difference']}"
     if s["bytes_to_host"] == 0 or s["bytes_to_device"] == 0:
         return f"the runtime moved nothing: {s}"
-    if r["memory"] == "vmm" and (p["paged_out_bytes"] == 0 or p["paged_in_bytes"] == 0):
+    if r["memory"] != "managed" and (p["paged_out_bytes"] == 0 or p["paged_in_bytes"] == 0):
         return f"no pages went and came back: {p}"
+    if "budget_bytes" in r and p["peak_resident_bytes"] > r["budget_bytes"]:
+        return (f"the pool held {p['peak_resident_bytes']} B at its peak, over the budget "
+                f"{r['budget_bytes']} B (calibration {r['calibration']})")
+    if "limits" in r and r["limits"] != [r["budget_bytes"], p["capacity_bytes"]]:
+        return (f"the pool's limit was {r['limits'][0]} B under the plan and {r['limits'][1]} B "
+                f"after it: not the budget {r['budget_bytes']} B, then the capacity")
+    if "budget_bytes" in r and not r["workspaces"]:
+        return "plan() measured no convolution's workspace on the pool"
     return ""
 
 
@@ -88,6 +151,9 @@ def main():
     ap.add_argument("--child")
     ap.add_argument("--plan")
     args = ap.parse_args()
+    if args.child == "calibrated":
+        print("RESULT " + json.dumps(child_calibrated(args.planner, args.lib)), flush=True)
+        return 0
     if args.child:
         print("RESULT " + json.dumps(child(args.child, args.plan, args.lib)), flush=True)
         return 0
@@ -107,9 +173,9 @@ def main():
     print(f"plan {plan.path}: budget {plan.budget_bytes / 1e6:.0f} MB, "
           f"{plan.action_counts()}", flush=True)
     failed = 0
-    for memory in MEMORIES:
+    for memory in MEMORIES + ("calibrated",):
         cmd = [sys.executable, os.path.abspath(__file__), "--child", memory, "--plan", plan.path,
-               "--lib", args.lib or ""]
+               "--lib", args.lib or "", "--planner", args.planner or ""]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
         r = json.loads(line[-1][7:]) if line else {"error": _error_lines(proc.stderr)}
@@ -118,7 +184,7 @@ def main():
         print(f"{'PASS' if not why else 'FAIL'} {memory}: "
               + (why or f"runtime {json.dumps(r['runtime'])}; pool {json.dumps(r['pool'])}"),
               flush=True)
-    print(f"{len(MEMORIES) - failed} passed, {failed} failed")
+    print(f"{len(MEMORIES) + 1 - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 

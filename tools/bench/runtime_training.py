@@ -31,6 +31,12 @@ the device) and a printed table; losses are compared with plain's, bit for bit.
 
   # here (autovm-plan runs on the CPU only):
   /usr/bin/python3 tools/bench/runtime_training.py --make-plans tools/bench/data/runtime-loop/plans
+  # or on the GPU machine, measured and calibrated on the vmm pool, then trained with the
+  # pool's capacity at the budget:
+  python3 tools/bench/runtime_training.py --make-plans $OUT/plans --measure \\
+      --budget-fractions 0.5,0.8 --planner build/compiler/autovm-plan --lib ...
+  python3 tools/bench/runtime_training.py --plans-dir $OUT/plans --configs mapped \\
+      --capacity-at-budget --lib ... --out $OUT/runtime_training.json
   # on the GPU machine:
   python3 tools/bench/runtime_training.py --plans-dir tools/bench/data/runtime-loop/plans \\
       --copy-plans-dir tools/bench/data/pytorch/plans --lib build/runtime/libautovm.so.1 \\
@@ -59,43 +65,102 @@ def runtime_plan_path(d, name):
     return os.path.join(d, f"{name}-b{BATCH}-runtime.json")
 
 
-def make_plans(d, names, planner, lib):
-    import torch
-
-    import autovm
-
+def make_plans(d, names, args):
+    """The runtime plans of `names` into d, with a manifest.json. Without --measure, here on
+    the CPU: at 50 % of plain's peak, or the least budget (autovm-plan's estimates). With
+    --measure, on the GPU: each model in a process of its own with the vmm pool installed
+    (--chunk-bytes), so that plan() measures the convolutions' workspaces on the pool and
+    calibrates the plan until the device memory the pool's live allocations need (its peak
+    in use) is within the budget; the budgets are tried in the order of --budget-fractions of plain's peak, and the
+    first that holds is kept."""
     os.makedirs(d, exist_ok=True)
     manifest = {}
     for name in names:
-        model = build(name)
-        example = torch.randn(1, 3, RESOLUTION, RESOLUTION).expand(BATCH, -1, -1, -1)
-        asked = int(MEASURED[name]["plain"] * 0.5)
-        out = runtime_plan_path(d, name)
-        kw = dict(planner=planner, lib=lib, executor="runtime", out=out)
-        t0 = time.monotonic()
-        note = None
-        try:
-            p = autovm.plan(model, example, make_optimizer(model), budget=asked, **kw)
-        except autovm.PlannerError as e:
-            if e.exit_code != 6:
-                raise
-            p = autovm.plan(model, example, make_optimizer(model), budget="min", **kw)
-            note = (f"{asked / 1e9:.2f} GB (50 % of plain's peak) fits no plan; planned at the "
-                    f"least budget, {p.requested_budget_bytes / 1e9:.2f} GB")
-        manifest[name] = {"file": os.path.basename(out), "asked_budget_bytes": asked,
-                          "budget_bytes": p.requested_budget_bytes,
-                          "planner_budget_bytes": p.budget_bytes, "note": note,
-                          "movable": list(autovm.RUNTIME_KINDS),
-                          "predicted_step_time_us": p.prediction.get("step_time_us"),
-                          "bound_us": p.prediction.get("bound_us"),
-                          "actions": {f"{k[0]} {k[1]}": v
-                                      for k, v in sorted(p.action_counts().items())}}
-        print(f"{name}: {manifest[name]} ({time.monotonic() - t0:.0f} s)", flush=True)
+        if not args.measure:
+            manifest[name] = plan_one(name, int(MEASURED[name]["plain"] * 0.5), d, args)
+            continue
+        refused = []
+        for fraction in (float(f) for f in args.budget_fractions.split(",")):
+            budget = int(MEASURED[name]["plain"] * fraction)
+            cmd = [sys.executable] + sys.argv + ["--one-plan", f"{name}/{budget}"]
+            proc = subprocess.run(cmd, capture_output=True, text=True,
+                                  timeout=args.config_timeout)
+            line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+            if line:
+                entry = json.loads(line[-1][len("RESULT "):])
+                entry["refused_budgets"] = refused
+                manifest[name] = entry
+                break
+            refused.append({"budget_bytes": budget, "fraction_of_plain": fraction,
+                            "error": (proc.stderr or proc.stdout)[-1500:]})
+            print(f"{name}: {budget / 1e9:.2f} GB refused: {refused[-1]['error'][-400:]}",
+                  flush=True)
+        else:
+            manifest[name] = {"file": None, "refused_budgets": refused}
+        _write_manifest(d, manifest)  # after every model: a later one may not finish
+    _write_manifest(d, manifest)
+
+
+def _write_manifest(d, manifest):
     tmp = os.path.join(d, "manifest.json.tmp")
     with open(tmp, "w") as f:
         json.dump(manifest, f, indent=2, sort_keys=True)
         f.write("\n")
     os.replace(tmp, os.path.join(d, "manifest.json"))
+
+
+def plan_one(name, asked, d, args, on_gpu=False):
+    """The manifest entry of `name`'s runtime plan at `asked` bytes, written into d. on_gpu:
+    the model and batch are on the GPU under the installed pool (plan() measures and
+    calibrates there), and a refused budget is an error; else a refused budget falls back to
+    the least one."""
+    import torch
+
+    import autovm
+
+    model = build(name)
+    example = torch.randn(1, 3, RESOLUTION, RESOLUTION).expand(BATCH, -1, -1, -1)
+    if on_gpu:
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        model = model.cuda()
+        example = example.cuda()
+    out = runtime_plan_path(d, name)
+    kw = dict(planner=args.planner, lib=args.lib, executor="runtime", out=out)
+    t0 = time.monotonic()
+    note = None
+    try:
+        p = autovm.plan(model, example, make_optimizer(model), budget=asked, **kw)
+    except autovm.PlannerError as e:
+        if e.exit_code != 6 or on_gpu:
+            raise
+        p = autovm.plan(model, example, make_optimizer(model), budget="min", **kw)
+        note = (f"{asked / 1e9:.2f} GB (50 % of plain's peak) fits no plan; planned at the "
+                f"least budget, {p.requested_budget_bytes / 1e9:.2f} GB")
+    entry = {"file": os.path.basename(out), "asked_budget_bytes": asked,
+             "budget_bytes": p.requested_budget_bytes,
+             "planner_budget_bytes": p.budget_bytes, "note": note,
+             "movable": list(autovm.RUNTIME_KINDS),
+             "predicted_step_time_us": p.prediction.get("step_time_us"),
+             "bound_us": p.prediction.get("bound_us"),
+             "actions": {f"{k[0]} {k[1]}": v for k, v in sorted(p.action_counts().items())}}
+    if on_gpu:
+        entry.update(measured_on=torch.cuda.get_device_name(), chunk_bytes=args.chunk_bytes,
+                     calibration=p.calibration,
+                     conv_workspaces_measured=len((p.conv_workspaces or {}).get(
+                         "convolutions", [])))
+    print(f"{name}: {entry} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+    return entry
+
+
+def plan_on_gpu(name, budget, args):
+    """--one-plan: the vmm pool (its capacity the device's free memory less 1 GiB: plan()
+    measures the steps' need without a limit), then plan_one on the GPU."""
+    from autovm import allocator
+
+    allocator.install("vmm", lib_path=args.lib, chunk_bytes=args.chunk_bytes)
+    with allocator.out_of_memory_errors():
+        return plan_one(name, budget, args.make_plans, args, on_gpu=True)
 
 
 def run_one(name, config, args):
@@ -111,9 +176,17 @@ def run_one(name, config, args):
     if config in ("runtime", "demand"):
         allocator.install("managed", capacity_bytes=args.pool_capacity, lib_path=args.lib)
     elif config == "mapped":
-        allocator.install("vmm", capacity_bytes=args.pool_capacity, lib_path=args.lib,
+        capacity = args.pool_capacity
+        if args.capacity_at_budget:  # the device memory the pool holds is the plan's budget
+            with open(os.path.join(args.plans_dir, "manifest.json")) as f:
+                entry = json.load(f).get(name, {})
+            if not entry.get("file"):
+                return {**result, "error": f"no plan of {name} in {args.plans_dir}: "
+                        f"{json.dumps(entry.get('refused_budgets', 'not in manifest.json'))[:1500]}"}
+            capacity = entry["budget_bytes"]
+        allocator.install("vmm", capacity_bytes=capacity, lib_path=args.lib,
                           chunk_bytes=args.chunk_bytes)
-        result["chunk_bytes"] = args.chunk_bytes
+        result.update(chunk_bytes=args.chunk_bytes, pool_capacity_bytes=capacity)
     dev = torch.device("cuda")
     model = build(name).to(dev)
     opt = make_optimizer(model)
@@ -200,15 +273,29 @@ def main():
     ap.add_argument("--chunk-bytes", type=int, default=8 << 20,
                     help="the vmm pool's chunk for config mapped (default 8 MiB: with 32 MiB, "
                     "whole-chunk rounding cost ResNet-50 more than 1 GB)")
+    ap.add_argument("--measure", action="store_true",
+                    help="with --make-plans: plan on this GPU, on the vmm pool at the budget, "
+                    "measuring workspaces and calibrating (see make_plans)")
+    ap.add_argument("--budget-fractions", default="0.5",
+                    help="with --measure: the budgets to try, as fractions of plain's peak, in "
+                    "order (default 0.5)")
+    ap.add_argument("--capacity-at-budget", action="store_true",
+                    help="config mapped: the pool's capacity is the plan's budget "
+                    "(manifest.json), not --pool-capacity")
     ap.add_argument("--config-timeout", type=float, default=150.0)
     ap.add_argument("--baseline", help="a JSON of this script whose plain runs the losses are "
                     "compared with")
     ap.add_argument("--out")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # MODEL/CONFIG: run it here, JSON to stdout
+    ap.add_argument("--one-plan", help=argparse.SUPPRESS)  # MODEL/BYTES: plan it on the GPU
     args = ap.parse_args()
     models = args.models.split(",")
+    if args.one_plan:
+        name, budget = args.one_plan.split("/")
+        print("RESULT " + json.dumps(plan_on_gpu(name, int(budget), args)), flush=True)
+        return 0
     if args.make_plans:
-        make_plans(args.make_plans, models, args.planner, args.lib)
+        make_plans(args.make_plans, models, args)
         return 0
     if args.one:
         name, config = args.one.split("/")
