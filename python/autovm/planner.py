@@ -312,8 +312,9 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     calibrate: "auto" (default): with a budget in bytes, no data_parallel and the model and
     example batch on a CUDA GPU, run two training steps under the plan (executor "copy": with
     PyTorch's allocator capped; "runtime": on libautovm's pool, which must be installed
-    (autovm.allocator), counted by the runtime on a managed pool and by the device memory the
-    pool holds on a vmm pool) and plan again with a larger margin until their peak is within the budget
+    (autovm.allocator), counted by the runtime on a managed pool and, on a vmm pool, as the
+    device memory its live allocations held, which attach() then holds the pool to) and plan
+    again with a larger margin until their peak is within the budget
     (autovm/calibrate.py; the model, optimizer and random state are restored, and
     PlannerError, exit_code 6, says so when no plan holds); True: the same, and ValueError
     where it cannot run; False: never. The example batch's labels are used when it is
