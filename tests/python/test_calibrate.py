@@ -151,6 +151,48 @@ def _():
     return "" if not os.path.exists(folder) else f"{folder} is left"
 
 
+@case("the runtime's loop: a peak over the budget plans again with the shortfall as margin")
+def _():
+    class Plan:  # what fit() reads of a plan
+        def __init__(self, margin):
+            self.budget_bytes, self.pytorch_margin_bytes, self.calibration = 1000 - margin, 0, None
+
+    measured = []
+
+    def measure(plan, *args, **kw):  # 150 B beyond the plan: workspaces, rounding
+        measured.append(plan.budget_bytes)
+        return plan.budget_bytes + 150, None, {"allocated_before_bytes": 0, "cap_bytes": None}
+
+    saved = calibrate._measure_runtime, torch.cuda.get_device_properties
+    calibrate._measure_runtime = measure
+    torch.cuda.get_device_properties = lambda d: type("Device", (), {"total_memory": 10 ** 6})
+    try:
+        m = Tiny().train()
+        p = calibrate.fit(Plan(0), Plan, m, (x, y), momentum(m), 1000, executor="runtime")
+    finally:
+        calibrate._measure_runtime, torch.cuda.get_device_properties = saved
+    # 1150 B > 1000: the margin grows by 150 + 1 % of 1000, and 840 + 150 fits.
+    if measured != [1000, 840]:
+        return f"plans measured at {measured}, not [1000, 840]"
+    c = p.calibration
+    return "" if (c["plans"], c["peak_bytes"], c["margin_bytes"]) == (2, 990, 160) else f"{c}"
+
+
+@case("the calibration's tries name a pool's figures where it ran out")
+def _():
+    pool = {"allocated_bytes": 700, "resident_bytes": 990, "small_chunk_bytes": 40,
+            "unused_chunk_bytes": 0}
+    line = calibrate._tries([{"planned_budget_bytes": 900, "allocated_before_bytes": 10,
+                              "peak_bytes": None,
+                              "out_of_memory": {"after_step": 7, "requested_bytes": 64,
+                                                "allocated_bytes": 990, "reserved_bytes": 990,
+                                                "pool": pool}}])
+    want = ("planned for 900 B, from 10 B allocated: out of memory after plan step 7 asking 64 B "
+            "with 700 B allocated, 990 B held by the pool (40 B in chunks of small allocations, "
+            "0 B unused)")
+    return "" if line == want else line
+
+
 class Boom(Tiny):
     """Tiny's first layers, then an exception: a training step that runs out part way."""
 
