@@ -95,6 +95,9 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
     margin = plan.pytorch_margin_bytes
     allowance = int(FRAGMENTATION * budget)
     tries = []
+    # Runtime plans on a vmm pool: a plan whose steps' need was within the budget runs them
+    # again with the pool limited to it, as attach() will, before it is returned.
+    verify = False
     saved = _Snapshot(model, optimizer)
     try:
         for n in range(1, attempts + 1):
@@ -103,13 +106,17 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
             if executor == "runtime":
                 peak, oom, start = _measure_runtime(plan, model, optimizer, x, labels, budget,
                                                     device, autocast=autocast, loss=loss,
-                                                    steps=steps)
+                                                    steps=steps, limited=verify)
             else:
                 peak, oom, start = _measure(plan, model, optimizer, x, labels, budget,
                                             allowance if capped else None, total, device,
                                             autocast=autocast, loss=loss, steps=steps)
             tries.append({"margin_bytes": margin, "planned_budget_bytes": plan.budget_bytes,
                           "peak_bytes": peak, "out_of_memory": oom, **start})
+            if oom is None and peak <= budget and executor == "runtime" and not verify \
+                    and _limited_pool():
+                verify = True
+                continue
             if oom is None and peak <= budget:
                 plan.calibration = {"plans": len({t["margin_bytes"] for t in tries}),
                                     "tries": tries, "peak_bytes": peak, "margin_bytes": margin}
@@ -123,6 +130,7 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
                 elif short <= 0:  # fragmentation: the same plan, with more room to reserve
                     allowance += oom["reserved_bytes"] - oom["allocated_bytes"]
                     continue
+            verify = False
             margin += short + int(SLACK_FRACTION * budget)
             if n == attempts or margin >= budget:
                 break
@@ -212,8 +220,15 @@ def _measure(plan, model, optimizer, x, labels, budget, allowance, total, device
             torch.cuda.set_per_process_memory_fraction(before, device)
 
 
+def _limited_pool():
+    """Whether attach() limits autovm.allocator's pool to a calibrated plan's budget (vmm)."""
+    from . import allocator
+
+    return allocator.memory() == "vmm"
+
+
 def _measure_runtime(plan, model, optimizer, x, labels, budget, device, *, autocast, loss,
-                     steps):
+                     steps, limited=False):
     """Peak bytes of `steps` training steps under attach(..., executor="runtime"); None, or the
     out-of-memory figures of the allocation the pool refused; and the pool's figures at the
     start. The peak is what holds the budget on each pool:
@@ -222,8 +237,11 @@ def _measure_runtime(plan, model, optimizer, x, labels, budget, device, *, autoc
                tensors the plan does not name, and the chunks' rounding. It is what the pool
                cannot give back, so it is what attach() needs when it limits the pool to the
                budget for a calibrated plan (unused chunks then go back before the budget is
-               passed). The steps run without that limit: one run measures the whole excess,
-               where a run at the limit would stop at its first refusal;
+               passed). The steps run without that limit (limited=False): one run measures
+               the whole excess, where a run at the limit would stop at its first refusal.
+               limited=True runs them at the limit, as attach() will: fit() does so once a
+               plan's need is within the budget, since the pool's placement and the copies'
+               timing may differ there;
       managed  the runtime's count of the tensors bound to the plan: the pool's pages stay on
                the device (the budget there is the runtime's accounting).
     A vmm pool whose capacity is below the budget is refused: the steps would run out of
@@ -244,10 +262,13 @@ def _measure_runtime(plan, model, optimizer, x, labels, budget, device, *, autoc
     if vmm:
         allocator.trim()
     allocator.reset_peaks()
+    limited = limited and vmm
     start = {"allocated_before_bytes": before["allocated_bytes"],
-             "reserved_before_bytes": allocator.stats()["resident_bytes"], "cap_bytes": None}
+             "reserved_before_bytes": allocator.stats()["resident_bytes"],
+             "cap_bytes": budget if limited else None}
     oom = None
-    with attach(model, optimizer, plan, unrealized="ignore", executor="runtime") as run:
+    limit = allocator.limit(budget) if limited else contextlib.nullcontext()
+    with limit, attach(model, optimizer, plan, unrealized="ignore", executor="runtime") as run:
         try:
             _steps(model, optimizer, x, labels, autocast, loss, steps, device)
         except RuntimeError as e:  # the pool's refusal; torch.cuda.OutOfMemoryError is one

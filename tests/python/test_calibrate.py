@@ -178,6 +178,38 @@ def _():
     return "" if (c["plans"], c["peak_bytes"], c["margin_bytes"]) == (2, 990, 160) else f"{c}"
 
 
+@case("on a vmm pool a plan within the budget runs again at the pool's limit before it is kept")
+def _():
+    class Plan:
+        def __init__(self, margin):
+            self.budget_bytes, self.pytorch_margin_bytes, self.calibration = 1000 - margin, 0, None
+
+    runs = []
+
+    def measure(plan, *args, limited=False, **kw):  # at the limit the first plan runs out
+        runs.append((plan.budget_bytes, limited))
+        start = {"allocated_before_bytes": 0, "cap_bytes": 1000 if limited else None}
+        if limited and plan.budget_bytes == 1000:
+            return None, {"allocated_bytes": 995, "reserved_bytes": 995, "requested_bytes": 20,
+                          "after_step": 3}, start
+        return plan.budget_bytes - 10, None, start
+
+    saved = calibrate._measure_runtime, torch.cuda.get_device_properties, calibrate._limited_pool
+    calibrate._measure_runtime, calibrate._limited_pool = measure, lambda: True
+    torch.cuda.get_device_properties = lambda d: type("Device", (), {"total_memory": 10 ** 6})
+    try:
+        m = Tiny().train()
+        p = calibrate.fit(Plan(0), Plan, m, (x, y), momentum(m), 1000, executor="runtime")
+    finally:
+        calibrate._measure_runtime, torch.cuda.get_device_properties, \
+            calibrate._limited_pool = saved
+    # 995 + 20 - 1000 = 15 short at the limit: the margin grows to 15 + 10.
+    want = [(1000, False), (1000, True), (975, False), (975, True)]
+    if runs != want:
+        return f"runs {runs}, not {want}"
+    return "" if p.calibration["margin_bytes"] == 25 else f"{p.calibration}"
+
+
 @case("the calibration's tries name a pool's figures where it ran out")
 def _():
     pool = {"allocated_bytes": 700, "resident_bytes": 990, "small_chunk_bytes": 40,
