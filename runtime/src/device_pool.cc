@@ -46,10 +46,12 @@
 // vmm allocation (or page-in, or a lower limit) over the capacity first gives back the unused
 // chunks whose last free the device has passed (each free that leaves a chunk unused records
 // an event on its stream), and synchronises the device only if that is not enough; trim always
-// synchronises.
+// synchronises. If that is still not enough, the reclaimers (a runtime's paging) wait for their
+// copies out and page those tensors out, and the allocation is tried once more.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -147,8 +149,36 @@ class CudaPool final : public DevicePool {
   int device() const override { return options_.device; }
 
   void* allocate(int64_t bytes, int device, void* stream) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++stats_.alloc_calls;
+      if (auto p = try_allocate(bytes, device, stream)) return *p;
+    }
+    if (reclaim()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (auto p = try_allocate(bytes, device, stream)) return *p;
+    }
     std::lock_guard<std::mutex> lock(mutex_);
-    ++stats_.alloc_calls;
+    ++stats_.failed_allocations;
+    stats_.last_failed_bytes = bytes;
+    throw Error(AUTOVM_ERR_OUT_OF_MEMORY, out_of_memory(bytes));
+  }
+
+  void add_reclaimer(const void* owner, Reclaimer reclaim) override {
+    std::lock_guard<std::mutex> lock(reclaim_mutex_);
+    reclaimers_.emplace_back(owner, std::move(reclaim));
+  }
+
+  void remove_reclaimer(const void* owner) override {
+    std::lock_guard<std::mutex> lock(reclaim_mutex_);
+    reclaimers_.erase(std::remove_if(reclaimers_.begin(), reclaimers_.end(),
+                                     [&](const auto& r) { return r.first == owner; }),
+                      reclaimers_.end());
+  }
+
+  // The block for `bytes` (nullptr for 0 bytes), or nullopt when the memory refuses; throws
+  // for a wrong request. Holds mutex_.
+  std::optional<void*> try_allocate(int64_t bytes, int device, void* stream) {
     if (bytes < 0)
       throw Error(AUTOVM_ERR_INVALID_ARGUMENT,
                   "bytes is negative (" + std::to_string(bytes) + ")");
@@ -157,7 +187,7 @@ class CudaPool final : public DevicePool {
                   "device " + std::to_string(device) +
                       " asked of a pool of device " + std::to_string(options_.device) +
                       " (one pool a device: a process a GPU)");
-    if (bytes == 0) return nullptr;
+    if (bytes == 0) return std::optional<void*>(nullptr);  // a value: 0 B always succeeds
     const auto tag = reinterpret_cast<SubAllocator::Tag>(stream);
     // vmm: an allocation of a chunk or more starts on a chunk and owns whole chunks, so that a
     // runtime paging it out gives back all of it, not its inside less two edge chunks.
@@ -166,11 +196,7 @@ class CudaPool final : public DevicePool {
     const int64_t ask = whole ? span + static_cast<int64_t>(chunk_) : bytes;
     const bool small = va_base_ && !whole;
     auto taken = take(small ? small_ : sub_, ask, tag, whole ? span : 0);
-    if (!taken) {
-      ++stats_.failed_allocations;
-      stats_.last_failed_bytes = bytes;
-      throw Error(AUTOVM_ERR_OUT_OF_MEMORY, out_of_memory(bytes));
-    }
+    if (!taken) return std::nullopt;
     if (taken->after != tag && taken->after != SubAllocator::kAnyStream) {
       auto* after = reinterpret_cast<cudaStream_t>(taken->after);
       check(cudaEventRecord(order_event_, after), "cudaEventRecord on the freeing stream");
@@ -191,6 +217,15 @@ class CudaPool final : public DevicePool {
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
     serials_[address] = ++serial_count_;
     return reinterpret_cast<void*>(address);
+  }
+
+  // Whether a reclaimer gave memory back. Holds reclaim_mutex_, not mutex_ (reclaimers page
+  // out through the pool).
+  bool reclaim() {
+    std::lock_guard<std::mutex> lock(reclaim_mutex_);
+    bool any = false;
+    for (const auto& r : reclaimers_) any = r.second() || any;
+    return any;
   }
 
   void deallocate(void* ptr, void* stream) override {
@@ -655,6 +690,8 @@ class CudaPool final : public DevicePool {
 
   DevicePoolOptions options_;
   mutable std::mutex mutex_;
+  std::mutex reclaim_mutex_;  // guards reclaimers_ and their calls
+  std::vector<std::pair<const void*, Reclaimer>> reclaimers_;
   SubAllocator sub_;
   int64_t capacity_ = 0;
   int64_t limit_ = 0;  // the capacity, or a lower limit (set_limit)

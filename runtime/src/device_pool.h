@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -64,6 +65,15 @@ class DevicePool {
   // record. A hold lasts until the allocation is freed or its owner drops it.
   virtual void hold(const Live& a, void* event, const void* owner) = 0;
   virtual void drop_holds(const void* owner) = 0;
+
+  // Memory a runtime can give back on demand: an allocation the limit (or the device) refuses
+  // calls each reclaimer, in the order added, without the pool's lock held, and is tried once
+  // more if one returns true. A reclaimer waits for work it queued (a runtime's copies out) and
+  // pages out what that work has freed, so that a late copy costs the trainer a wait, not an
+  // out-of-memory error. remove_reclaimer returns once no call of the owner's is running.
+  using Reclaimer = std::function<bool()>;
+  virtual void add_reclaimer(const void* owner, Reclaimer reclaim) = 0;
+  virtual void remove_reclaimer(const void* owner) = 0;
 };
 
 // The process-wide pool of PyTorch's allocator hooks (autovm_torch_pool), created on first use.

@@ -2,10 +2,12 @@
 // every boundary; page_out_now() is where the host must wait: the host runs ahead of the device
 // (PyTorch enqueues a whole step before the loss is read), so without that wait a prefetch
 // would come first and cancel the page-out, and device memory would stay at the step's peak
-// (docs/trainer-paging.md gives the figures).
+// (docs/trainer-paging.md gives the figures). reclaim() is the pool's: an allocation the limit
+// refuses waits for every pending copy out and pages those tensors out.
 #include "trainer_paging.h"
 
 #include <algorithm>
+#include <mutex>
 #include <string>
 
 #include "cuda_driver.h"
@@ -19,11 +21,16 @@ TrainerPaging::TrainerPaging(DevicePool& pool, size_t tensors) : pool_(pool), te
                 "(autovm_pool_options.memory AUTOVM_POOL_VMM; in Python "
                 "autovm.allocator.install('vmm')); a managed pool moves by migration: use the "
                 "prefetch mechanism");
+  pool_.add_reclaimer(this, [this] { return reclaim(); });
 }
 
-TrainerPaging::~TrainerPaging() { pool_.drop_holds(this); }
+TrainerPaging::~TrainerPaging() {
+  pool_.remove_reclaimer(this);
+  pool_.drop_holds(this);
+}
 
 void TrainerPaging::bind(const Tensor& t, void* p) {
+  std::lock_guard<std::mutex> lock(mutex_);
   State& st = state(t);
   if (st.away) --away_count_;
   if (p == nullptr) {
@@ -40,6 +47,7 @@ void TrainerPaging::bind(const Tensor& t, void* p) {
 }
 
 void TrainerPaging::evicting(const Tensor& t, cudaEvent_t copied) {
+  std::lock_guard<std::mutex> lock(mutex_);
   State& st = state(t);
   if (!st.live) return;
   if (!st.away) ++away_count_;
@@ -53,7 +61,13 @@ void TrainerPaging::cancel_page_out(TensorId id) {
                  pending_.end());
 }
 
+bool TrainerPaging::away(const Tensor& t) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return state(t).away;
+}
+
 void TrainerPaging::poll() {
+  std::lock_guard<std::mutex> lock(mutex_);
   size_t kept = 0;
   for (const PageOut& o : pending_) {
     const cudaError_t done = cudaEventQuery(o.copied);
@@ -67,21 +81,36 @@ void TrainerPaging::poll() {
   pending_.resize(kept);
 }
 
-void TrainerPaging::page_out(TensorId id) {
+bool TrainerPaging::reclaim() {
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;  // busy on another thread: its own boundary pages out
+  bool any = false;
+  for (const PageOut& o : pending_) {
+    check(cudaEventSynchronize(o.copied), "cudaEventSynchronize of an eviction's copy");
+    any = page_out(o.tensor) || any;
+  }
+  pending_.clear();
+  return any;
+}
+
+bool TrainerPaging::page_out(TensorId id) {
   State& st = tensors_[static_cast<size_t>(id)];
-  if (!st.live || !st.away) return;
+  if (!st.live || !st.away) return false;
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const State& other = tensors_[i];
     if (static_cast<TensorId>(i) == id || !other.live || other.away ||
         other.live->serial != st.live->serial)
       continue;
     if (other.address < st.address + st.bytes && st.address < other.address + other.bytes)
-      return;  // shares the storage
+      return false;  // shares the storage
   }
-  st.paged = pool_.page_out(*st.live, st.address, st.bytes) > 0 || st.paged;
+  const bool released = pool_.page_out(*st.live, st.address, st.bytes) > 0;
+  st.paged = released || st.paged;
+  return released;
 }
 
 void TrainerPaging::page_out_now(const Tensor& t) {
+  std::lock_guard<std::mutex> lock(mutex_);
   const auto it = std::find_if(pending_.begin(), pending_.end(),
                                [&](const PageOut& o) { return o.tensor == t.id; });
   if (it == pending_.end()) return;
@@ -91,6 +120,7 @@ void TrainerPaging::page_out_now(const Tensor& t) {
 }
 
 TrainerPaging::Back TrainerPaging::bring_back(const Tensor& t) {
+  std::lock_guard<std::mutex> lock(mutex_);
   State& st = state(t);
   if (!st.live) return Back::kStale;
   cancel_page_out(t.id);
@@ -106,6 +136,7 @@ TrainerPaging::Back TrainerPaging::bring_back(const Tensor& t) {
 }
 
 std::vector<TensorId> TrainerPaging::away_overlapping(const void* p, uint64_t bytes) const {
+  std::lock_guard<std::mutex> lock(mutex_);
   const auto begin = reinterpret_cast<uintptr_t>(p);
   std::vector<TensorId> out;
   if (away_count_ == 0) return out;  // every bind asks: most find nothing away
@@ -118,6 +149,7 @@ std::vector<TensorId> TrainerPaging::away_overlapping(const void* p, uint64_t by
 }
 
 void TrainerPaging::hold(const Tensor& t, cudaEvent_t event) {
+  std::lock_guard<std::mutex> lock(mutex_);
   const State& st = state(t);
   if (st.live) pool_.hold(*st.live, event, this);
 }

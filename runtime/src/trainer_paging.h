@@ -14,11 +14,15 @@
 // An allocation is the one bound (address and serial), so a tensor the trainer freed and a new
 // one at the same address are never confused, and pages another bound tensor still uses (a
 // view of the same storage) never go. hold() makes the trainer's free of a tensor wait
-// (on the device) for the copies queued on it. The host waits only in page_out_now.
+// (on the device) for the copies queued on it. The host waits only in page_out_now and when
+// the pool, short of memory for an allocation, calls reclaim() (registered as the pool's
+// reclaimer for the paging's life). Every method is thread-safe (PyTorch allocates from
+// autograd's threads too).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -41,7 +45,7 @@ class TrainerPaging {
   enum class Back { kIntact, kCopy, kStale };
   Back bring_back(const Tensor& t);
   // Whether t's bytes are off the device by a copy not yet brought back.
-  bool away(const Tensor& t) const { return state(t).away; }
+  bool away(const Tensor& t) const;
   // The tensors away whose ranges overlap [p, p + bytes): bring them back before a tensor is
   // bound there (a view of their storage would find its pages gone).
   std::vector<TensorId> away_overlapping(const void* p, uint64_t bytes) const;
@@ -52,6 +56,9 @@ class TrainerPaging {
   // landed yet) and pages it out, so that device memory follows the plan however far the host
   // runs ahead of the device.
   void page_out_now(const Tensor& t);
+  // The pool's reclaimer: waits for every pending copy out and pages those tensors out; true
+  // when memory went back. Returns false at once while another thread is in this paging.
+  bool reclaim();
 
  private:
   struct State {
@@ -69,10 +76,12 @@ class TrainerPaging {
   const State& state(const Tensor& t) const { return tensors_[static_cast<size_t>(t.id)]; }
   // Unmaps tensor id's chunks, unless another bound tensor that is not away overlaps its range
   // (two plan tensors on one storage: a view): its pages then stay, and no copy back is needed.
-  void page_out(TensorId id);
+  // True when chunks went back.
+  bool page_out(TensorId id);
   // Drops tensor id's page-out, if one is pending.
   void cancel_page_out(TensorId id);
 
+  mutable std::mutex mutex_;  // guards everything below
   DevicePool& pool_;
   std::vector<State> tensors_;
   std::vector<PageOut> pending_;  // copies out not yet waited for, oldest first

@@ -3,8 +3,9 @@
 // on one stream while kernels on it are still queued is reused by another stream only after
 // them (no stale bytes); VMM memory goes back to the device on a trim; a pool refuses what its
 // capacity or the device cannot hold; a vmm pool keeps small allocations in chunks of their
-// own, and a limit below the capacity gives unused chunks back and refuses beyond it; PyTorch's
-// hooks allocate, free and throw on exhaustion.
+// own, and a limit below the capacity gives unused chunks back and refuses beyond it; at the
+// limit an allocation has a runtime's paging finish its copies out and page them out rather
+// than fail; PyTorch's hooks allocate, free and throw on exhaustion.
 // Exits 77 (skipped) without a CUDA device.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <autovm/autovm.h>
@@ -17,7 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "device_pool.h"
 #include "kernels.h"
+#include "trainer_paging.h"
 
 namespace {
 
@@ -325,6 +328,57 @@ TEST_CASE("a vmm pool packs small allocations apart, and a limit holds its devic
   CHECK(autovm_pool_set_limit(managed, 32 * kMiB) == AUTOVM_ERR_INVALID_ARGUMENT);
   CHECK(std::string(autovm_last_error()).find("managed pool") != std::string::npos);
   autovm_pool_free(managed);
+}
+
+TEST_CASE("at the limit an allocation pages out a runtime's finished copies instead of failing") {
+  namespace rt = autovm::rt;
+  rt::DevicePoolOptions o;
+  o.memory = AUTOVM_POOL_VMM;
+  REQUIRE(cudaGetDevice(&o.device) == cudaSuccess);
+  o.capacity_bytes = kGiB;
+  auto pool = rt::make_device_pool(o);  // chunks of 2 MiB
+  pool->set_limit(64 * kMiB);
+  cudaStream_t copies = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&copies, cudaStreamNonBlocking) == cudaSuccess);
+  cudaEvent_t copied = nullptr;
+  REQUIRE(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming) == cudaSuccess);
+  void* host = nullptr;
+  REQUIRE(cudaMallocHost(&host, 32 * kMiB) == cudaSuccess);
+  {
+    rt::TrainerPaging paging(*pool, 1);
+    rt::Tensor t;
+    t.name = "a";
+    t.bytes = 32 * kMiB;
+    void* a = pool->allocate(t.bytes, o.device, nullptr);
+    REQUIRE(fill_pattern(a, t.bytes, 7, nullptr) == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    paging.bind(t, a);
+    // An eviction as the backend issues it: the copy out is queued, its page-out pending.
+    REQUIRE(cudaMemcpyAsync(host, a, t.bytes, cudaMemcpyDeviceToHost, copies) == cudaSuccess);
+    REQUIRE(cudaEventRecord(copied, copies) == cudaSuccess);
+    paging.evicting(t, copied);
+    // 32 MiB held and 48 MiB asked is past the limit of 64 MiB: the pool reclaims.
+    void* b = pool->allocate(48 * kMiB, o.device, nullptr);
+    CHECK(b != nullptr);
+    autovm_pool_stats s = pool->stats();
+    CHECK(s.paged_out_bytes == 32 * kMiB);
+    CHECK(s.resident_bytes == 48 * kMiB);
+    CHECK(s.failed_allocations == 0);
+    // Nothing left to reclaim: past the limit is out of memory, with the pool's figures.
+    CHECK_THROWS_AS(pool->allocate(48 * kMiB, o.device, nullptr), rt::Error);
+    CHECK(pool->stats().failed_allocations == 1);
+    pool->deallocate(b, nullptr);
+    // The tensor comes back with its bytes: mapped again, copied in.
+    REQUIRE(paging.bring_back(t) == rt::TrainerPaging::Back::kCopy);
+    REQUIRE(cudaMemcpy(a, host, t.bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+    CHECK(sum_of(a, t.bytes, nullptr) == pattern_checksum(7, t.bytes));
+    pool->deallocate(a, nullptr);
+  }
+  // The paging's reclaimer went with it: an allocation past the limit fails at once.
+  CHECK_THROWS_AS(pool->allocate(100 * kMiB, o.device, nullptr), rt::Error);
+  REQUIRE(cudaFreeHost(host) == cudaSuccess);
+  REQUIRE(cudaEventDestroy(copied) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(copies) == cudaSuccess);
 }
 
 TEST_CASE("threads allocating and freeing at once on their own streams") {
