@@ -103,7 +103,9 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
         # None, or a list each plan boundary appends to (set it to [] to start): a dict with
         # the training step, the plan position every step up to which has been issued ("pos";
         # -1 at the start of a training step), torch.cuda.memory_allocated() there and the
-        # peak since the previous entry ("peak"). Recording resets PyTorch's peak statistics
+        # peak since the previous entry ("peak"); under autovm.allocator the pool's allocated
+        # bytes, or on a vmm pool the device memory its chunks hold in use (an evicted tensor
+        # stays allocated there, its pages unmapped). Recording resets the peak statistics
         # at every boundary (so max_memory_allocated() then covers one interval), and costs a
         # few microseconds per boundary: for measurements of where memory goes, not for timing.
         self.memory_trace = None

@@ -86,7 +86,10 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
 
     from .planner import example_input
 
-    x = example_input(example_batch)
+    # The steps run on a batch that holds its bytes, as the training script's batches do: an
+    # example made by expand() (a shape to export) holds one sample, and the steps would
+    # measure the batch's memory short by the rest of it.
+    x = _holding_its_bytes(example_input(example_batch))
     device = x.device
     total = torch.cuda.get_device_properties(device).total_memory
     if budget > total:
@@ -330,6 +333,14 @@ def _outputs(out):
     if isinstance(out, (tuple, list)):
         return list(out)
     return [out]
+
+
+def _holding_its_bytes(x):
+    """x, or a contiguous copy of it when its storage is smaller than its elements (a view
+    made by expand(), with strides of 0)."""
+    storage = x.untyped_storage().nbytes() if hasattr(x, "untyped_storage") else \
+        x.storage().nbytes()
+    return x if storage >= x.numel() * x.element_size() else x.contiguous()
 
 
 def _labels(example_batch):

@@ -50,10 +50,14 @@ class _Trace:
         from . import allocator
 
         if allocator.installed() == "global":  # PyTorch's statistics raise: the pool's
+            # On a vmm pool an evicted tensor stays allocated with its pages unmapped, so
+            # the device memory is what the live allocations' chunks hold (in use).
             s = allocator.stats()
-            self.memory_trace.append({"step": self._steps, "pos": pos,
-                                      "allocated": s["allocated_bytes"],
-                                      "peak": s["peak_allocated_bytes"]})
+            vmm = allocator.memory() == "vmm"
+            self.memory_trace.append({
+                "step": self._steps, "pos": pos,
+                "allocated": s["in_use_bytes" if vmm else "allocated_bytes"],
+                "peak": s["peak_in_use_bytes" if vmm else "peak_allocated_bytes"]})
             allocator.reset_peaks()
             return
         self.memory_trace.append({"step": self._steps, "pos": pos,

@@ -235,6 +235,24 @@ class Boom(Tiny):
         raise RuntimeError("boom")
 
 
+@case("the steps run on a batch that holds its bytes: an expand()ed example is copied")
+def _():
+    def held(t):
+        return t.untyped_storage().nbytes() if hasattr(t, "untyped_storage") else \
+            t.storage().nbytes()
+
+    one = torch.randn(1, 3, 8, 8)
+    expanded = one.expand(16, -1, -1, -1)
+    full = calibrate._holding_its_bytes(expanded)
+    if held(full) != 16 * 3 * 8 * 8 * 4 or not torch.equal(full, expanded):
+        return f"an expanded batch: {held(full)} B held"
+    whole = torch.randn(16, 3, 8, 8)
+    if calibrate._holding_its_bytes(whole) is not whole:
+        return "a batch of its own bytes was copied"
+    part = whole[:, :2]  # a view of a larger storage holds at least its bytes
+    return "" if calibrate._holding_its_bytes(part) is part else "a slice was copied"
+
+
 @case("an exception in a training step under attach() frees the step's saved tensors")
 def _():
     def run(abandon):

@@ -113,7 +113,10 @@ def child_calibrated(planner, lib):
     return out
 
 
-CALIBRATED_FRACTION = 0.65
+# Below plain's peak, so pages must move, and above the model's floor on the pool's 8 MiB
+# chunks: its parameters, small allocations and largest step hold about 0.65 of plain's peak
+# resident whatever the plan, so a budget there fits no plan.
+CALIBRATED_FRACTION = 0.8
 
 
 def check(r):
