@@ -61,6 +61,10 @@ options:
                         convolution workspaces measured on the trainer's GPU, planned in
                         place of the estimate for the convolutions they match (JSON:
                         {"convolutions": [...]}, as autovm.conv_workspaces writes it)
+  --workspaces-as-measured
+                        plan measured workspaces at their size, never cut to the budget:
+                        for a trainer whose allocator cannot make cuDNN fall back to an
+                        algorithm with less (autovm.allocator's pool)
   --no-recompute        move tensors only; never plan recomputation
   --recompute-ops OPS   recompute chains run only these ONNX ops (comma-separated, e.g.
                         'BatchNormalization,Relu,MaxPool' for a trainer that can replay
@@ -284,6 +288,8 @@ Args parse_args(int argc, char** argv, bool& done) {
                                 "standard output", arg));
     } else if (arg == "--conv-workspaces") {
       a.options.conv_workspaces_file = value();
+    } else if (arg == "--workspaces-as-measured") {
+      a.options.workspaces_as_measured = true;
     } else if (arg == "--workspace-limit") {
       a.options.conv_workspace_limit = autovm::parse_size(value(), true);
     } else if (arg == "--memory-model") {

@@ -200,7 +200,7 @@ Plan plan_model(model::Model& m, const PlanOptions& options, bool shapes_known) 
   }
   plan.lifetimes = compute_lifetimes(plan.training.graph);
   timer.done("compute_lifetimes");
-  if (!options.minimum_budget && options.budget_bytes > 0 &&
+  if (!options.minimum_budget && !options.workspaces_as_measured && options.budget_bytes > 0 &&
       options.budget_bytes < std::numeric_limits<int64_t>::max())
     fit_measured_workspaces(plan.training, plan.lifetimes, options.budget_bytes, options.movable);
   // The arena's layout depends on the lifetimes only, and nothing until the plan is written

@@ -37,6 +37,7 @@ struct PlanOptions {
   std::string step_times_file;       // measured step times overriding the cost model
   std::string reserve_file;          // --reserve: memory the trainer holds beyond the graph
   std::string conv_workspaces_file;  // --conv-workspaces: measured convolution workspaces
+  bool workspaces_as_measured = false;  // --workspaces-as-measured: never cut to the budget
   bool allow_recompute = true;
   RecomputeOps recompute_ops;        // --recompute-ops: ops a recompute chain may run (default all)
   MovableKinds movable;              // --movable: kinds the plan may take off the GPU (default all)

@@ -324,7 +324,11 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     each convolution's cuDNN workspace on this GPU first (autovm/conv_workspaces.py) and plan
     it (autovm-plan --conv-workspaces), so that cuDNN keeps its fast algorithms; the
     calibration then runs without a cap. Should no plan hold with them, the model is planned again with the
-    estimate (and a RuntimeWarning says convolutions may run slower algorithms). A dict
+    estimate (and a RuntimeWarning says convolutions may run slower algorithms). With
+    autovm.allocator's pool as PyTorch's allocator the measured workspaces are planned whole
+    (autovm-plan --workspaces-as-measured), and a budget that cannot hold them is refused
+    (PlannerError, exit_code 6): cuDNN falls back to a smaller workspace only on PyTorch's own
+    out-of-memory exception, so it would take the whole one whatever the plan said. A dict
     ({"convolutions": [...]}) or a JSON file's path: use it as it is; None: the estimate.
 
     The Plan returned has requested_budget_bytes (the budget asked for) and
@@ -352,7 +356,7 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     chosen = _recompute_args(recompute, flags) + _autocast_args(mode, flags)
     chosen += _loss_args(loss, flags)
     b = format_budget(budget)
-    requested, margin = None, 0
+    requested = None
     if b is not None and b != "min":
         requested = parse_size(b)
     if calibrate not in ("auto", True, False):
@@ -446,13 +450,22 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
             p = solve(args, False)
         else:
             try:
-                p = solve(args + ["--conv-workspaces",
-                                  _json_file(workspaces, tmp, "conv-workspaces.json")], True)
+                measured = ["--conv-workspaces",
+                            _json_file(workspaces, tmp, "conv-workspaces.json")]
+                if _pool_is_torchs():
+                    # cuDNN falls back to an algorithm with a smaller workspace only on
+                    # PyTorch's own out-of-memory exception, never on the pool's refusal: a
+                    # workspace cut to the budget would be taken whole all the same.
+                    if "--workspaces-as-measured" not in flags:
+                        raise ToolNotFoundError(f"{exe} has no --workspaces-as-measured "
+                                                f"option: rebuild autovm-plan")
+                    measured.append("--workspaces-as-measured")
+                p = solve(args + measured, True)
                 p.conv_workspaces = workspaces
             except PlannerError as e:
                 if e.exit_code != 6:
                     raise
-                if executor == "runtime":
+                if executor == "runtime" or _pool_is_torchs():
                     # On libautovm's pool, cuDNN cannot fall back to a smaller workspace: it
                     # does so only on PyTorch's own out-of-memory exception (calibrate.py).
                     raise PlannerError(
@@ -471,6 +484,13 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
                 os.remove(onnx_path)
     p._folder = folder  # holds the plan file when `out` is not given
     return p
+
+
+def _pool_is_torchs():
+    """Whether autovm.allocator's pool is PyTorch's allocator in this process."""
+    from . import allocator
+
+    return allocator.installed() == "global"
 
 
 def _conv_workspaces(value, calibrating, model, x, autocast):

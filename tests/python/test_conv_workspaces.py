@@ -138,6 +138,36 @@ def _():
     return ""
 
 
+@case("with autovm's pool as PyTorch's allocator no measured workspace is cut: a budget that "
+      "cannot hold it is refused (autovm-plan --workspaces-as-measured)")
+def _():
+    from autovm import planner
+
+    table = {"convolutions": []}
+    for e in conv_workspaces.convolutions(MODEL, X):
+        e.pop("output_padding", None)
+        table["convolutions"].append(dict(e, forward_bytes=0, backward_bytes=0))
+    table["convolutions"][3]["backward_bytes"] = 10 ** 9
+    m = copy.deepcopy(MODEL)
+    p = autovm.plan(m, (X, Y), momentum(m), budget="4GB", pytorch_margin=False,
+                    conv_workspaces=table, extra_args=("--workspaces-as-measured",))
+    with open(p.path) as f:
+        ws = [t["bytes"] for t in json.load(f)["tensors"]
+              if t["kind"] == "workspace" and t["bytes"] >= 10 ** 9]
+    if p.options.get("conv_workspaces_cut") or ws != [10 ** 9]:
+        return f"cut {p.options.get('conv_workspaces_cut')}, workspaces of 1 GB {ws}"
+    kept = planner._pool_is_torchs
+    planner._pool_is_torchs = lambda: True
+    try:
+        autovm.plan(m, (X, Y), momentum(m), budget="2MB", pytorch_margin=False,
+                    conv_workspaces=table)
+        return "a budget below the whole workspace was planned"
+    except autovm.PlannerError as e:
+        return "" if e.exit_code == 6 else f"exit code {e.exit_code}: {e}"
+    finally:
+        planner._pool_is_torchs = kept
+
+
 def workspaces_of(plan_path):
     """{tensor name: bytes} of the plan's workspace tensors."""
     with open(plan_path) as f:

@@ -84,6 +84,8 @@ def main():
     ap.add_argument("--limit", type=float, default=0,
                     help="bytes: train again with the pool limited to it (as attach() limits "
                          "it for a calibrated plan), and compare")
+    ap.add_argument("--limited-only", action="store_true",
+                    help="with --limit: only the run at the limit, in a process of its own")
     ap.add_argument("--planner", required=True)
     ap.add_argument("--lib", required=True)
     ap.add_argument("--chunk-bytes", type=int, default=8 << 20)
@@ -113,11 +115,14 @@ def main():
         g = torch.Generator(device="cpu").manual_seed(1)
         x = torch.randn(BATCH, 3, RESOLUTION, RESOLUTION, generator=g).to(dev)
         y = torch.randint(0, 1000, (BATCH,), generator=g).to(dev)
-    runs = [train(autovm, allocator, torch, model, opt, p, x, y, args.steps, None)]
+    runs = [] if args.limited_only else \
+        [train(autovm, allocator, torch, model, opt, p, x, y, args.steps, None)]
     if args.limit:
         runs.append(train(autovm, allocator, torch, model, opt, p, x, y, args.steps,
                           int(args.limit)))
     traces = runs[0]["traces"]
+    if args.limited_only:  # the intervals of the last step begun, where it ran out
+        traces = [t for t in traces if t] or [[]]
     with open(plan_path) as f:
         doc = json.load(f)
     steps = doc["steps"]
@@ -146,7 +151,7 @@ def main():
         for o in ops:
             print(f"   {o['step']} {o['op']} {o['node']} ws {o['workspace'] / 1e6:.0f} MB "
                   f"out {o['outputs']} in {o['inputs']}")
-    for r in runs[1:]:  # at the limit: where it ran out, against the run without one
+    for r in ([] if args.limited_only else runs[1:]):  # at the limit: where it ran out, against the run without one
         t = r["traces"][-1]
         print(f"limit {r['limit_bytes'] / 1e9:.3f} GB: {r['steps']} steps, "
               f"out of memory: {r['out_of_memory']}")
