@@ -176,20 +176,29 @@ def step_reserve(runs, step_count, slack_bytes=SLACK_BYTES):
                         script_held_input_bytes(doc))]
         if len(resident) != step_count:
             raise ValueError(f"a plan of {len(resident)} steps for a reserve of {step_count}")
-        prev = None  # the last step covered so far (-1: a training step has just started)
-        for e in trace:
-            pos = e["pos"]
-            hi = step_count - 1 if pos in ("end", -1) else int(pos)
-            if prev is not None and hi > prev:
-                ks = range(prev + 1, hi + 1)
-                extra = int(e["peak"]) - max(resident[k] for k in ks)
-                for k in ks:
-                    reserve[k] = max(reserve[k], extra)
-            if pos == -1:  # the peak before it was the previous training step's
-                prev = -1
-            elif prev is None or hi > prev:
-                prev = hi
+        for first, last, peak in trace_intervals(trace, step_count):
+            extra = peak - max(resident[first:last + 1])
+            for k in range(first, last + 1):
+                reserve[k] = max(reserve[k], extra)
     return {"step_bytes": [r + slack_bytes for r in reserve]}
+
+
+def trace_intervals(trace, step_count):
+    """The intervals of a memory trace (Attachment.memory_trace) of a plan of step_count
+    steps: (first, last, peak) for each entry after which plan steps first..last (both
+    included) ran, with the peak the entry recorded over them. An entry "end", or the -1 of
+    the next training step, covers the steps after the last boundary; the first entry, with
+    nothing before it, starts the walk."""
+    prev = None  # the last step covered so far (-1: a training step has just started)
+    for e in trace:
+        pos = e["pos"]
+        hi = step_count - 1 if pos in ("end", -1) else int(pos)
+        if prev is not None and hi > prev:
+            yield prev + 1, hi, int(e["peak"])
+        if pos == -1:  # the peak before it was the previous training step's
+            prev = -1
+        elif prev is None or hi > prev:
+            prev = hi
 
 
 def step_times(steps, rows, skip=1):

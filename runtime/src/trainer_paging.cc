@@ -85,12 +85,14 @@ bool TrainerPaging::reclaim() {
   std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return false;  // busy on another thread: its own boundary pages out
   bool any = false;
-  for (const PageOut& o : pending_) {
-    check(cudaEventSynchronize(o.copied), "cudaEventSynchronize of an eviction's copy");
-    any = page_out(o.tensor) || any;
-  }
+  for (const PageOut& o : pending_) any = land(o) || any;
   pending_.clear();
   return any;
+}
+
+bool TrainerPaging::land(const PageOut& o) {
+  check(cudaEventSynchronize(o.copied), "cudaEventSynchronize of an eviction's copy");
+  return page_out(o.tensor);
 }
 
 bool TrainerPaging::page_out(TensorId id) {
@@ -114,9 +116,8 @@ void TrainerPaging::page_out_now(const Tensor& t) {
   const auto it = std::find_if(pending_.begin(), pending_.end(),
                                [&](const PageOut& o) { return o.tensor == t.id; });
   if (it == pending_.end()) return;
-  check(cudaEventSynchronize(it->copied), "cudaEventSynchronize of an eviction's copy");
+  land(*it);
   pending_.erase(it);
-  page_out(t.id);
 }
 
 TrainerPaging::Back TrainerPaging::bring_back(const Tensor& t) {

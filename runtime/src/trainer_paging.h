@@ -78,6 +78,8 @@ class TrainerPaging {
   // (two plan tensors on one storage: a view): its pages then stay, and no copy back is needed.
   // True when chunks went back.
   bool page_out(TensorId id);
+  // Waits for o's copy out, then page_out(o.tensor).
+  bool land(const PageOut& o);
   // Drops tensor id's page-out, if one is pending.
   void cancel_page_out(TensorId id);
 

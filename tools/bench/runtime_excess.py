@@ -31,20 +31,6 @@ sys.path.insert(0, HERE)
 from pytorch_compare import BATCH, RESOLUTION, build, make_optimizer  # noqa: E402
 
 
-def intervals(trace, resident, steps_count):
-    """[(first step, last step, peak in use, most resident, excess)] of one training step's trace
-    (entries from its pos -1 on): the steps (previous pos, pos] ran between two entries."""
-    rows, prev = [], None
-    for e in trace:
-        pos = e["pos"]
-        hi = steps_count - 1 if pos in ("end", -1) else int(pos)
-        if prev is not None and hi > prev:
-            most = max(resident[prev + 1:hi + 1])
-            rows.append((prev + 1, hi, int(e["peak"]), most, int(e["peak"]) - most))
-        prev = -1 if pos == -1 else max(hi, prev if prev is not None else hi)
-    return rows
-
-
 def train(autovm, allocator, torch, model, opt, plan, x, y, steps, limit):
     """`steps` training steps under `plan` (the pool limited to `limit` bytes, if given): the
     memory trace of each step begun, the pool's figures, the adapter's stats, and the message
@@ -127,7 +113,8 @@ def main():
         doc = json.load(f)
     steps = doc["steps"]
     resident = planfile.resident_bytes(doc)
-    rows = intervals(traces[-1], resident, len(steps))
+    rows = [(lo, hi, peak, max(resident[lo:hi + 1]), peak - max(resident[lo:hi + 1]))
+            for lo, hi, peak in planfile.trace_intervals(traces[-1], len(steps))]
     tensors = doc.get("tensors", [])
 
     def names(ids):
