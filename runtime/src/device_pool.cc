@@ -437,14 +437,20 @@ class CudaPool final : public DevicePool {
       sub.free(taken->address, taken->after);
       return std::nullopt;
     }
+    // use_chunks counts the chunks' users when it succeeds: call it until it does, no more.
     const auto [start, length] = used();
-    if (!use_chunks(start, length)) {
+    bool used_now = use_chunks(start, length);
+    if (!used_now) {
       release_settled();  // chunks whose frees the device has passed: no wait
-      if (!use_chunks(start, length)) release_unused();  // synchronises: every free block is then kAnyStream
-      if (!use_chunks(start, length)) {
-        sub.free(taken->address, SubAllocator::kAnyStream);
-        return std::nullopt;
-      }
+      used_now = use_chunks(start, length);
+    }
+    if (!used_now) {
+      release_unused();  // synchronises: every free block is then kAnyStream
+      used_now = use_chunks(start, length);
+    }
+    if (!used_now) {
+      sub.free(taken->address, SubAllocator::kAnyStream);
+      return std::nullopt;
     }
     return taken;
   }

@@ -3,9 +3,10 @@
 // on one stream while kernels on it are still queued is reused by another stream only after
 // them (no stale bytes); VMM memory goes back to the device on a trim; a pool refuses what its
 // capacity or the device cannot hold; a vmm pool keeps small allocations in chunks of their
-// own, and a limit below the capacity gives unused chunks back and refuses beyond it; at the
-// limit an allocation has a runtime's paging finish its copies out and page them out rather
-// than fail; PyTorch's hooks allocate, free and throw on exhaustion.
+// own, and a limit below the capacity gives unused chunks back and refuses beyond it; chunks
+// given back at the limit for an allocation count once, so they are unused again once it is
+// freed; at the limit an allocation has a runtime's paging finish its copies out and page them
+// out rather than fail; PyTorch's hooks allocate, free and throw on exhaustion.
 // Exits 77 (skipped) without a CUDA device.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <autovm/autovm.h>
@@ -328,6 +329,35 @@ TEST_CASE("a vmm pool packs small allocations apart, and a limit holds its devic
   CHECK(autovm_pool_set_limit(managed, 32 * kMiB) == AUTOVM_ERR_INVALID_ARGUMENT);
   CHECK(std::string(autovm_last_error()).find("managed pool") != std::string::npos);
   autovm_pool_free(managed);
+}
+
+TEST_CASE("at the limit, chunks given back for an allocation are counted once, and freed with it") {
+  autovm_pool* pool = make_pool(AUTOVM_POOL_VMM, kGiB);  // chunks of 2 MiB
+  REQUIRE(autovm_pool_set_limit(pool, 64 * kMiB) == AUTOVM_OK);
+  void* a = alloc(pool, 32 * kMiB, nullptr);
+  void* keep = alloc(pool, 2 * kMiB, nullptr);  // after a: b cannot take a's addresses
+  REQUIRE(autovm_pool_dealloc(pool, a, nullptr) == AUTOVM_OK);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // the device has passed a's free
+  // 32 MiB unused, 2 MiB in use and 48 MiB asked is past the limit: a's settled chunks go.
+  void* b = alloc(pool, 48 * kMiB, nullptr);
+  autovm_pool_stats s = stats_of(pool);
+  CHECK(s.released_bytes == 32 * kMiB);
+  CHECK(s.in_use_bytes == 50 * kMiB);
+  CHECK(s.resident_bytes == 50 * kMiB);
+  REQUIRE(autovm_pool_dealloc(pool, b, nullptr) == AUTOVM_OK);
+  s = stats_of(pool);
+  CHECK(s.in_use_bytes == 2 * kMiB);  // b's chunks have no user left
+  CHECK(s.unused_chunk_bytes == 48 * kMiB);
+  // So the same allocation fits again, as often as it is made.
+  for (int i = 0; i < 4; ++i) {
+    void* again = alloc(pool, 48 * kMiB, nullptr);
+    REQUIRE(autovm_pool_dealloc(pool, again, nullptr) == AUTOVM_OK);
+  }
+  REQUIRE(autovm_pool_dealloc(pool, keep, nullptr) == AUTOVM_OK);
+  s = stats_of(pool);
+  CHECK(s.in_use_bytes == 0);
+  CHECK(s.failed_allocations == 0);
+  autovm_pool_free(pool);
 }
 
 TEST_CASE("at the limit an allocation pages out a runtime's finished copies instead of failing") {
