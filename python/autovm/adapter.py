@@ -105,7 +105,9 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
         # -1 at the start of a training step), torch.cuda.memory_allocated() there and the
         # peak since the previous entry ("peak"); under autovm.allocator the pool's allocated
         # bytes, or on a vmm pool the device memory its chunks hold in use (an evicted tensor
-        # stays allocated there, its pages unmapped). Recording resets the peak statistics
+        # stays allocated there, its pages unmapped; such rows add "asked" and "peak_asked",
+        # the bytes the trainer's live allocations asked for, and "paged_out" and "paged_in",
+        # the pool's running sums of the runtime's paging). Recording resets the peak statistics
         # at every boundary (so max_memory_allocated() then covers one interval), and costs a
         # few microseconds per boundary: for measurements of where memory goes, not for timing.
         self.memory_trace = None

@@ -54,10 +54,13 @@ class _Trace:
             # the device memory is what the live allocations' chunks hold (in use).
             s = allocator.stats()
             vmm = allocator.memory() == "vmm"
-            self.memory_trace.append({
-                "step": self._steps, "pos": pos,
-                "allocated": s["in_use_bytes" if vmm else "allocated_bytes"],
-                "peak": s["peak_in_use_bytes" if vmm else "peak_allocated_bytes"]})
+            row = {"step": self._steps, "pos": pos,
+                   "allocated": s["in_use_bytes" if vmm else "allocated_bytes"],
+                   "peak": s["peak_in_use_bytes" if vmm else "peak_allocated_bytes"]}
+            if vmm:  # what the trainer asked for, and the runtime's paging so far
+                row.update(asked=s["allocated_bytes"], peak_asked=s["peak_allocated_bytes"],
+                           paged_out=s["paged_out_bytes"], paged_in=s["paged_in_bytes"])
+            self.memory_trace.append(row)
             allocator.reset_peaks()
             return
         self.memory_trace.append({"step": self._steps, "pos": pos,
