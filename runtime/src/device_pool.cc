@@ -15,7 +15,10 @@
 //            chunk_bytes) is mapped while an allocation overlaps it, counted in users_[i]; a
 //            chunk whose users drop to 0 stays mapped (a training step frees and reallocates
 //            the same bytes each step: remapping would cost 61 + 46 us a 2 MiB chunk on the
-//            H200) until trim() or the limit needs it (below). An
+//            H200) until trim() or the limit needs it (below). A chunk unmapped keeps
+//            its device memory as a spare, which the next chunk to be mapped takes before
+//            any new memory (cuMemMap alone, not cuMemCreate too); the pool holds its spares
+//            (resident bytes) until trim() or a lower limit gives them back. An
 //            allocation of a chunk or more starts on a chunk boundary and owns whole chunks
 //            (its block asks for a chunk more, for the alignment: addresses, not memory).
 //            Smaller allocations come from a second address range (a SubAllocator of their
@@ -27,8 +30,9 @@
 // The limit (set_limit; the capacity unless lowered) is what every check below calls the
 // capacity.
 //
-// Paging (vmm): a runtime that moves a trainer's allocation to the host unmaps and releases
-// the chunks wholly inside it (page_out) and maps them again before copying it back (page_in).
+// Paging (vmm): a runtime that moves a trainer's allocation to the host unmaps the chunks
+// wholly inside it (page_out: their memory becomes spares, for the allocations that need it
+// meanwhile) and maps them again before copying it back (page_in).
 // A chunk with users but no memory is paged out; an allocation that reaches a chunk without
 // memory maps it, whoever paged it out. Every allocation gets a serial, so that a runtime pages
 // only the allocation it bound, never one the trainer made later at the same address; and a
@@ -43,10 +47,10 @@
 // such wait: a wait takes the event's latest record at the time it is enqueued.
 //
 // Giving memory back: a kernel still queued on a freed block must not find its pages gone. A
-// vmm allocation (or page-in, or a lower limit) over the capacity first gives back the unused
-// chunks whose last free the device has passed (each free that leaves a chunk unused records
-// an event on its stream), and synchronises the device only if that is not enough; trim always
-// synchronises. If that is still not enough, the reclaimers (a runtime's paging) wait for their
+// vmm allocation (or page-in, or a lower limit) over the capacity first unmaps, into the
+// spares, the unused chunks whose last free the device has passed (each free that leaves a
+// chunk unused records an event on its stream), and synchronises the device only if that is
+// not enough; trim always synchronises, and gives the spares back to the device. If that is still not enough, the reclaimers (a runtime's paging) wait for their
 // copies out and page those tensors out, and the allocation is tried once more.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -139,6 +143,7 @@ class CudaPool final : public DevicePool {
           vmm_.unmap(chunk_address(i), chunk_);
           vmm_.release(handles_[i]);
         }
+      for (CUmemGenericAllocationHandle h : spares_) vmm_.release(h);
       vmm_.address_free(va_base_, va_bytes_);
     }
     if (order_event_) cudaEventDestroy(order_event_);
@@ -297,6 +302,7 @@ class CudaPool final : public DevicePool {
   void trim() override {
     std::lock_guard<std::mutex> lock(mutex_);
     release_unused();
+    release_spares();
   }
 
   void set_limit(int64_t bytes) override {
@@ -310,8 +316,14 @@ class CudaPool final : public DevicePool {
                   "a limit of " + std::to_string(bytes) + " B is outside (0, the capacity " +
                       std::to_string(capacity_) + " B] (0: the capacity)");
     limit_ = bytes == 0 ? capacity_ : bytes;
-    if (resident_ > limit_) release_settled();
-    if (resident_ > limit_) release_unused();
+    if (resident_ > limit_) {
+      release_settled();
+      release_spares();
+    }
+    if (resident_ > limit_) {
+      release_unused();
+      release_spares();
+    }
   }
 
   std::optional<Live> live(const void* address, uint64_t bytes) const override {
@@ -355,8 +367,8 @@ class CudaPool final : public DevicePool {
       if (!handles_[i]) needed += static_cast<int64_t>(chunk_);
     // The tensor is the trainer's, so it comes back whatever the capacity says; what no
     // allocation uses goes first, so that the pool stays within it where it can.
-    if (resident_ + needed > limit_) release_settled();
-    if (resident_ + needed > limit_) release_unused();
+    if (resident_ + beyond_spares(needed) > limit_) release_settled();
+    if (resident_ + beyond_spares(needed) > limit_) release_unused();
     for (size_t i = first; i <= last; ++i) {
       if (handles_[i]) continue;
       if (!map_chunk(i)) {
@@ -569,7 +581,7 @@ class CudaPool final : public DevicePool {
     int64_t needed = 0;
     for (size_t i = first; i <= last; ++i)
       if (!handles_[i]) needed += static_cast<int64_t>(chunk_);
-    if (resident_ + needed > limit_) return false;
+    if (resident_ + beyond_spares(needed) > limit_) return false;
     std::vector<size_t> mapped_now;
     for (size_t i = first; i <= last; ++i) {
       if (handles_[i]) continue;
@@ -611,8 +623,9 @@ class CudaPool final : public DevicePool {
     frees_.push_back(FreeMark{++free_count_, e});
   }
 
-  // Gives back the unused chunks whose last free the device has passed, without waiting: the
-  // frees are passed in order of their numbers as far as their events have completed.
+  // Unmaps the unused chunks whose last free the device has passed, into the spares, without
+  // waiting: the frees are passed in order of their numbers as far as their events have
+  // completed.
   void release_settled() {
     while (!frees_.empty()) {
       const cudaError_t done = cudaEventQuery(frees_.front().event);
@@ -623,15 +636,19 @@ class CudaPool final : public DevicePool {
       frees_.pop_front();
     }
     for (size_t i = 0; i < handles_.size(); ++i)
-      if (handles_[i] && users_[i] == 0 && freed_at_[i] <= settled_) {
-        unmap_chunk(i);
-        stats_.released_bytes += static_cast<int64_t>(chunk_);
-      }
+      if (handles_[i] && users_[i] == 0 && freed_at_[i] <= settled_) unmap_chunk(i);
   }
 
+  // Maps chunk i with a spare, or with new device memory; false when the device has none.
   bool map_chunk(size_t i) {
     CUmemGenericAllocationHandle h = 0;
-    if (vmm_.create(&h, chunk_, &prop_, 0) != CUDA_SUCCESS) return false;  // no device memory
+    const bool fresh = spares_.empty();
+    if (!fresh) {
+      h = spares_.back();
+      spares_.pop_back();
+    } else if (vmm_.create(&h, chunk_, &prop_, 0) != CUDA_SUCCESS) {
+      return false;
+    }
     const CUdeviceptr at = chunk_address(i);
     check(vmm_.map(at, chunk_, 0, h, 0), "cuMemMap of a pool chunk");
     CUmemAccessDesc access{};
@@ -639,10 +656,27 @@ class CudaPool final : public DevicePool {
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     check(vmm_.set_access(at, chunk_, &access, 1), "cuMemSetAccess of a pool chunk");
     handles_[i] = h;
-    resident_ += static_cast<int64_t>(chunk_);
-    stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
+    if (fresh) {
+      resident_ += static_cast<int64_t>(chunk_);
+      stats_.peak_resident_bytes = std::max(stats_.peak_resident_bytes, resident_);
+    }
     if (users_[i] > 0) add_in_use(static_cast<int64_t>(chunk_));  // paged in
     return true;
+  }
+
+  // Of `bytes` to map, what the spares do not cover: the device memory mapping them adds.
+  int64_t beyond_spares(int64_t bytes) const {
+    return std::max<int64_t>(0, bytes - static_cast<int64_t>(spares_.size() * chunk_));
+  }
+
+  // Gives the spares' device memory back to the device.
+  void release_spares() {
+    for (CUmemGenericAllocationHandle h : spares_) {
+      check(vmm_.release(h), "cuMemRelease of a pool chunk");
+      resident_ -= static_cast<int64_t>(chunk_);
+      stats_.released_bytes += static_cast<int64_t>(chunk_);
+    }
+    spares_.clear();
   }
 
   void add_in_use(int64_t bytes) {
@@ -650,15 +684,15 @@ class CudaPool final : public DevicePool {
     stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, in_use_);
   }
 
+  // Unmaps chunk i, keeping its memory as a spare (the pool still holds it).
   void unmap_chunk(size_t i) {
     check(vmm_.unmap(chunk_address(i), chunk_), "cuMemUnmap of a pool chunk");
-    check(vmm_.release(handles_[i]), "cuMemRelease of a pool chunk");
+    spares_.push_back(handles_[i]);
     handles_[i] = 0;
-    resident_ -= static_cast<int64_t>(chunk_);
     if (users_[i] > 0) in_use_ -= static_cast<int64_t>(chunk_);  // paged out
   }
 
-  // Synchronises the device, then gives back what no allocation uses.
+  // Synchronises the device, then unmaps what no allocation uses, into the spares.
   void release_unused() {
     DeviceGuard guard(options_.device);
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before giving pool memory back");
@@ -669,10 +703,7 @@ class CudaPool final : public DevicePool {
     frees_.clear();
     settled_ = free_count_;
     for (size_t i = 0; i < handles_.size(); ++i)
-      if (handles_[i] && users_[i] == 0) {
-        unmap_chunk(i);
-        stats_.released_bytes += static_cast<int64_t>(chunk_);
-      }
+      if (handles_[i] && users_[i] == 0) unmap_chunk(i);
   }
 
   std::string out_of_memory(int64_t bytes) const {
@@ -718,6 +749,10 @@ class CudaPool final : public DevicePool {
   SubAllocator small_;        // allocations under a chunk, in [small_base_, va end)
   uintptr_t small_base_ = 0;  // 0: no such range (managed)
   std::vector<CUmemGenericAllocationHandle> handles_;  // 0: not mapped
+  // Device memory the pool holds unmapped (counted in resident_), which map_chunk takes before
+  // asking the device for more: a chunk paged out or released under the limit is mapped again
+  // at once elsewhere without cuMemRelease + cuMemCreate. trim() and a lower limit give it back.
+  std::vector<CUmemGenericAllocationHandle> spares_;
   std::vector<uint32_t> users_;                        // live allocations overlapping the chunk
   // Stream-ordered release: chunk i, unused since free number freed_at_[i], may go without a
   // device synchronisation once the device has passed that free (settled_).

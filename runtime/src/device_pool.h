@@ -52,8 +52,9 @@ class DevicePool {
   virtual std::optional<Live> live(const void* address, uint64_t bytes) const = 0;
   // Whether page_out and page_in do anything (vmm pools).
   virtual bool pages() const = 0;
-  // Unmaps and releases the chunks wholly inside [address, address + bytes) of allocation
-  // `serial`; returns the bytes given back (0 when the allocation is gone or none are whole).
+  // Unmaps the chunks wholly inside [address, address + bytes) of allocation `serial`, their
+  // memory kept for the pool's next mappings; returns the bytes unmapped (0 when the
+  // allocation is gone or none are whole).
   // The caller guarantees that no queued work touches the range.
   virtual int64_t page_out(const Live& a, uintptr_t address, uint64_t bytes) = 0;
   // Maps again the chunks of [address, address + bytes) that have no memory; false (nothing

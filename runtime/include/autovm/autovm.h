@@ -383,8 +383,11 @@ AUTOVM_EXPORT autovm_status autovm_step_stall_us(const autovm_runtime* rt, int64
  *            they are freed, until a trim unmaps and releases every chunk no allocation uses
  *            (the physical pages really go back: cudaMemGetInfo rises), or until an allocation
  *            needs more than the capacity: then the unused chunks whose frees the device has
- *            passed go first (an event recorded at each free: no wait), and only if that is
- *            not enough does the pool synchronise and give back every unused chunk. An
+ *            passed are unmapped first (an event recorded at each free: no wait), and only if
+ *            that is not enough does the pool synchronise and unmap every unused chunk. A
+ *            chunk unmapped there, or paged out by a runtime, stays the pool's as a spare:
+ *            the next chunk to be mapped takes it before any new device memory (a map, not
+ *            a create and a release), and a trim or a lower limit gives it back. An
  *            allocation of a chunk or more starts on a chunk boundary and owns whole chunks;
  *            smaller ones are carved from an address range of their own, so that they pack
  *            into few chunks instead of each keeping one of the large allocations' chunks
@@ -424,7 +427,7 @@ typedef struct autovm_pool_stats {
   int64_t allocated_bytes;      /* SUM: bytes asked for by the live allocations */
   int64_t peak_allocated_bytes; /* most allocated_bytes since creation or the last reset */
   int64_t resident_bytes;       /* device memory the pool holds now (populated or mapped
-                                   chunks) */
+                                   chunks, and vmm spares: unmapped chunks kept for reuse) */
   int64_t peak_resident_bytes;  /* most resident_bytes since creation or the last reset */
   int64_t capacity_bytes;       /* the most resident_bytes may reach */
   int64_t allocations;          /* COUNT: live allocations */
@@ -433,7 +436,7 @@ typedef struct autovm_pool_stats {
   int64_t cross_stream_waits;   /* COUNT: allocations ordered after another stream's frees */
   int64_t failed_allocations;   /* COUNT: allocations refused */
   int64_t last_failed_bytes;    /* the bytes the last refused allocation asked for (0: none) */
-  int64_t released_bytes;       /* SUM: device memory given back by trims */
+  int64_t released_bytes;       /* SUM: device memory given back by trims and lower limits */
   int64_t paged_out_bytes;      /* SUM: vmm chunks a runtime unmapped under an evicted tensor */
   int64_t paged_in_bytes;       /* SUM: vmm chunks mapped again to bring one back */
   int64_t limit_bytes;          /* the most resident_bytes may reach now: capacity_bytes, or
@@ -441,8 +444,8 @@ typedef struct autovm_pool_stats {
   int64_t small_chunk_bytes;    /* vmm: mapped chunks that allocations under a chunk use (the
                                    rest of resident_bytes: whole-chunk allocations, and the
                                    unused chunks) */
-  int64_t unused_chunk_bytes;   /* vmm: mapped chunks no allocation uses (given back by a trim,
-                                   or when an allocation needs them under the limit) */
+  int64_t unused_chunk_bytes;   /* vmm: mapped chunks no allocation uses, and the spares (given
+                                   back by a trim; reused when an allocation needs them) */
   int64_t in_use_bytes;         /* resident_bytes less unused_chunk_bytes: what the pool cannot
                                    give back now (managed: resident_bytes) */
   int64_t peak_in_use_bytes;    /* most in_use_bytes since creation or the last reset: what a
@@ -470,12 +473,13 @@ AUTOVM_EXPORT autovm_status autovm_pool_stats_get(const autovm_pool* pool,
                                                   autovm_pool_stats* out);
 /* The peaks start again from the current figures. */
 AUTOVM_EXPORT autovm_status autovm_pool_reset_peaks(autovm_pool* pool);
-/* Synchronises the device, then gives back the vmm chunks no allocation uses (managed pools
- * give nothing back); every free block is then reusable by any stream without a wait. */
+/* Synchronises the device, then gives back the vmm chunks no allocation uses, spares included
+ * (managed pools give nothing back); every free block is then reusable by any stream without
+ * a wait. */
 AUTOVM_EXPORT autovm_status autovm_pool_trim(autovm_pool* pool);
 /* vmm pools: the most device memory the pool may hold from now on, `bytes` in (0, capacity]
- * (0: the capacity again). Unused chunks beyond it are given back at once (synchronising the
- * device if need be); live allocations stay, and allocations that would pass the limit fail
+ * (0: the capacity again). Unused chunks and spares beyond it are given back at once
+ * (synchronising the device if need be); live allocations stay, and allocations that would pass the limit fail
  * as they would at the capacity. A runtime's page-in is not refused (the tensor is the
  * trainer's). AUTOVM_ERR_INVALID_ARGUMENT for a managed pool, whose pages go back only with
  * the pool, and for bytes outside that range. */
