@@ -245,6 +245,7 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
     def __enter__(self):
         self._register_hooks()
         if self.runtime is not None:
+            self.runtime.apply_limit()  # again, if the attachment is entered again
             self.runtime.bind_model(self.model)
             self._grad_hooks = self.runtime.hook_gradients(self.model)
             self._hooks.extend(self._grad_hooks or ())
@@ -290,6 +291,7 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
         if self.runtime is not None:
             self.runtime.finish_training_step()
             self.runtime.restore()  # the model's tensors are all addressable after the context
+            self.runtime.release_limit()  # the pool's limit as before attach()
         self._step = None
 
     def reset_stats(self):

@@ -104,7 +104,10 @@ class RuntimeExecutor:
     mechanism: the CUDA backend's, for the pool the tensors lie in (POOL_MECHANISMS).
     calls: None, or a list that records every call made to the runtime (tests).
     pool_limit_bytes: > 0, autovm.allocator's vmm pool holds at most that much device memory
-    until close() (allocator.limit)."""
+    from its creation (or apply_limit()) until release_limit() or close() (allocator.limit).
+    The Attachment applies it when its context begins and releases it when the context ends,
+    so that the limit before it holds again then, not when the runtime is collected (stats()
+    stay readable after the context)."""
 
     def __init__(self, plan, *, mode="plan", backend="cuda", lib=None, budget_bytes=0,
                  calls=None, mechanism="prefetch", pool_limit_bytes=0):
@@ -143,11 +146,8 @@ class RuntimeExecutor:
             self.lib.free_plan(handle)
         self.handle = rt
         self.ids = {t["name"]: t["id"] for t in plan.tensors}
-        if pool_limit_bytes > 0:
-            from . import allocator
-
-            self._limit = allocator.limit(pool_limit_bytes)
-            self._limit.__enter__()
+        self.pool_limit_bytes = pool_limit_bytes
+        self.apply_limit()
 
     def close(self):
         if self.handle is not None:
@@ -156,6 +156,18 @@ class RuntimeExecutor:
                 torch.cuda.synchronize()  # the runtime's copies may still read bound ranges
             self.lib._lib.autovm_runtime_free(self.handle)
             self.handle = None
+        self.release_limit()
+
+    def apply_limit(self):
+        """Limits the pool to pool_limit_bytes (if > 0), unless this runtime already does."""
+        if self.pool_limit_bytes > 0 and self._limit is None:
+            from . import allocator
+
+            self._limit = allocator.limit(self.pool_limit_bytes)
+            self._limit.__enter__()
+
+    def release_limit(self):
+        """The pool's limit goes back to what it was before this runtime set it."""
         if self._limit is not None:
             limit, self._limit = self._limit, None
             limit.__exit__(None, None, None)
