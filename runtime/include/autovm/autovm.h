@@ -479,8 +479,8 @@ AUTOVM_EXPORT autovm_status autovm_pool_reset_peaks(autovm_pool* pool);
 AUTOVM_EXPORT autovm_status autovm_pool_trim(autovm_pool* pool);
 /* vmm pools: the most device memory the pool may hold from now on, `bytes` in (0, capacity]
  * (0: the capacity again). Unused chunks and spares beyond it are given back at once
- * (synchronising the device if need be); live allocations stay, and allocations that would pass the limit fail
- * as they would at the capacity. A runtime's page-in is not refused (the tensor is the
+ * (synchronising the device if need be); live allocations stay, and allocations that would
+ * pass the limit fail as they would at the capacity. A runtime's page-in is not refused (the tensor is the
  * trainer's). AUTOVM_ERR_INVALID_ARGUMENT for a managed pool, whose pages go back only with
  * the pool, and for bytes outside that range. */
 AUTOVM_EXPORT autovm_status autovm_pool_set_limit(autovm_pool* pool, int64_t bytes);
