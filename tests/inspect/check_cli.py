@@ -3,9 +3,10 @@
 
     check_cli.py INSPECT CASE
 
-CASE: summary, timeline, trace, svg, diff, exit_codes, large (a 100,000-tensor plan through
-verify, in well under the test timeout), random_arena (the arena sweep of rule 7 against brute
-force on seeded random plans).
+CASE: summary, timeline, trace, svg, diff, exit_codes, read_remote (remote reads through every
+subcommand, and the structure checks of read_remote actions), large (a 100,000-tensor plan
+through verify, in well under the test timeout), random_arena (the arena sweep of rule 7 against
+brute force on seeded random plans).
 """
 
 import json
@@ -63,7 +64,8 @@ def case_summary():
     expect(out.index("activation       a") < out.index("parameter        w"), f"not by bytes:\n{out}")
     # Without a prediction: said so; PLAN alone is the summary.
     out = run(plan("valid.json")).stdout
-    contains(out, "not predicted", "evict 1, prefetch 1, discard 0, recompute 0, advise 0")
+    contains(out, "not predicted", "evict 1, prefetch 1, discard 0, recompute 0, read_remote 0, advise 0")
+    expect("\nremote " not in out, f"a plan without remote reads shows none:\n{out}")
     expect(out == run("summary", plan("valid.json")).stdout, "PLAN and summary PLAN differ")
     contains(run(plan("valid_recompute.json")).stdout, "[2, 2] discard/recompute")
     expect("workspace " not in out, f"a plan without measured workspaces says so:\n{out}")
@@ -234,6 +236,94 @@ def case_exit_codes():
     run("verify", plan("rule2_over_budget.json"), "--budget", "5.5KiB", code=0)
     contains(run("svg", plan("valid.json"), "-o", "/nonexistent-folder/m.svg", code=5).stderr,
              "/nonexistent-folder/m.svg")
+
+
+def verify_json(path, code):
+    return json.loads(run("verify", path, "--json", code=code).stdout)
+
+
+def case_read_remote():
+    """valid_read_remote.json: x (1 KB input, used at steps 0 and 3) is evicted after step 0 and
+    read remotely by step 3, its last use, with no prefetch."""
+    rr = plan("valid_read_remote.json")
+    out = run("summary", rr).stdout
+    contains(out, "remote     1.02 KB read over the link at step 3; not resident there",
+             "evict 1, prefetch 0, discard 0, recompute 0, read_remote 1, advise 0",
+             "[1, 3] evict/end; read remotely at 3", "5.12 KB resident with it (step 2")
+    out = run("timeline", rr, "--width", "20", "--ascii").stdout
+    marks = next((l for l in out.splitlines() if "r read remotely" in l), None)
+    expect(marks is not None, f"no remote-read marks:\n{out}")
+    contains(marks, "(1.02 KB at 1 step, not in the bars)")
+    # 20 columns, 4 a step: step 3 is columns 12-15.
+    expect(marks[11:31] == " " * 12 + "rrrr" + " " * 4, f"remote reads marked elsewhere:\n{out}")
+    expect("r read remotely" not in run("timeline", plan("valid.json")).stdout, "marks without remote reads")
+
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "t.json")
+        run("trace", rr, "-o", out)
+        _, lanes, counters = load_trace(out)
+        expect([(e["name"], e["ts"], e["dur"]) for e in lanes.get("remote read", [])] == [("x", 300, 100)], lanes)
+        steps = {e["args"]["step"]: e["args"] for e in lanes["compute"]}
+        expect(steps[3].get("remote_read_bytes") == 1024 and "remote_read_bytes" not in steps[2], steps)
+        # Resident at step 3: w, a and g; x, read remotely, counts nothing.
+        expect(steps[3]["resident_bytes"] == 4096 and counters[3]["args"]["input"] == 0, (steps[3], counters[3]))
+        svg = os.path.join(d, "m.svg")
+        run("svg", rr, "-o", svg)
+        ns = "{http://www.w3.org/2000/svg}"
+        by_id = {e.get("id"): e for e in ET.parse(svg).getroot().iter() if e.get("id")}
+        bars = by_id["remote-read"].findall(ns + "rect")
+        expect([b.find(ns + "title").text for b in bars] == ["x 1.02 KB at step 3"], "expected one remote-read bar")
+
+        result = verify_json(rr, 0)
+        expect(result["valid"] and result["resident_peak_bytes"] == 5120, result)  # step 2
+
+        out = run("diff", plan("valid.json"), rr).stdout
+        contains(out, "read remotely                  0 B        1.02 KB   +1.02 KB",
+                 "read_remote actions              0              1   +1", "evict 0->1, read_remote 2->3")
+
+        # Structure: bytes, after_step, a second read_remote of the same tensor and step; a
+        # ready_before_step of n (no step) is an index problem, which every subcommand refuses.
+        with open(rr) as f:
+            doc = json.load(f)
+        path = os.path.join(d, "p.json")
+
+        def verify_changed(change, code):
+            p = json.loads(json.dumps(doc))
+            change(p)
+            with open(path, "w") as f:
+                json.dump(p, f)
+            return verify_json(path, code)
+
+        def messages(r):
+            return " | ".join(v["message"] for v in r["violations"])
+        r = verify_changed(lambda p: p["actions"][1].update(bytes=1000), 1)
+        expect(r["violations_by_rule"]["structure"] == 1, r)
+        contains(messages(r), "reads 1000 bytes of a 1024-byte tensor")
+        r = verify_changed(lambda p: p["actions"][1].update(after_step=1), 1)
+        contains(messages(r), "a read_remote has after_step = ready_before_step - 1, not 1")
+        r = verify_changed(lambda p: p["actions"].append(dict(p["actions"][1])), 1)
+        expect([v["rule"] for v in r["violations"]] == [0], r)
+        contains(messages(r), "a second read_remote of 'x' at step 3")
+        r = verify_changed(lambda p: p["actions"][1].update(after_step=4, ready_before_step=5), 1)
+        contains(messages(r), "ready_before_step 5 is out of range [0, 4]")
+        contains(run("summary", path, code=4).stderr, "ready_before_step 5 is out of range")
+
+        # A persistent tensor whose uses after its evict are all remote reads is kept on the
+        # host between training steps: it starts the step off, so a prefetch before its first
+        # use needs no evict before it, and without one step 0 uses it off the GPU.
+        def buffer(p):
+            p["tensors"][0]["kind"] = "buffer"
+            p["lifetimes"][0].update(first=0, last=4, persistent=True)
+
+        def kept(p):
+            buffer(p)
+            p["actions"].insert(0, {"kind": "prefetch", "tensor": 0, "bytes": 1024, "after_step": -1,
+                                    "ready_before_step": 0, "mechanism": "mapped"})
+        r = verify_changed(kept, 0)
+        expect(r["valid"], r)
+        r = verify_changed(buffer, 1)
+        expect({k for k, v in r["violations_by_rule"].items() if v} == {"1", "6"}, r)
+        expect(any(v["rule"] == 1 and v["step"] == 0 and v["tensor_name"] == "x" for v in r["violations"]), r)
 
 
 def chain_plan(n, offsets):

@@ -24,7 +24,7 @@ struct Side {
   Analysis analysis;
   std::map<std::string, TensorId> by_name;
   std::map<std::string, std::vector<std::string>> actions;  // tensor name -> sorted signatures
-  int64_t to_host = 0, to_device = 0;
+  int64_t to_host = 0, to_device = 0, read_remotely = 0;
 
   explicit Side(const Plan& p) : plan(p), analysis(analyze_checked(plan)) {
     for (const Tensor& t : plan.tensors) by_name.emplace(t.name, t.id);
@@ -33,10 +33,12 @@ struct Side {
       if (a.kind == ActionKind::evict) to_host += a.bytes;
       if (a.kind == ActionKind::prefetch) to_device += a.bytes;
     }
+    for (int64_t b : analysis.remote_read_bytes) read_remotely += b;
     for (auto& [tensor, list] : actions) std::sort(list.begin(), list.end());
   }
 
-  // "evict 3->5" (after_step -> ready_before_step), "recompute 2@7", "advise read_mostly 3->4".
+  // "evict 3->5" (after_step -> ready_before_step), "recompute 2@7", "advise read_mostly 3->4",
+  // "read_remote 6->7" (read at step 7).
   static std::string signature(const Action& a) {
     if (a.kind == ActionKind::recompute)
       return fmt::format("recompute {}@{}", a.source_step, a.ready_before_step);
@@ -66,8 +68,9 @@ void line(std::string text) {
   fmt::print("{}\n", text);
 }
 
+// The first column fits the longest label, "read_remote actions".
 void row(const std::string& what, const std::string& a, const std::string& b, const std::string& delta) {
-  line(fmt::format("  {:<18} {:>14} {:>14}   {}", what, a, b, delta));
+  line(fmt::format("  {:<19} {:>14} {:>14}   {}", what, a, b, delta));
 }
 
 // The fields of model or options that differ, as "key A -> B".
@@ -124,6 +127,8 @@ int diff(const Plan& plan_a, const Plan& plan_b, const Options& o) {
       ta && tb && *ta > 0 ? fmt::format("{:.3f}x", *tb / *ta) : "");
   row("to host", format_bytes(a.to_host), format_bytes(b.to_host), change(a.to_host, b.to_host));
   row("to device", format_bytes(a.to_device), format_bytes(b.to_device), change(a.to_device, b.to_device));
+  row("read remotely", format_bytes(a.read_remotely), format_bytes(b.read_remotely),
+      change(a.read_remotely, b.read_remotely));
   for (int k = 0; k < kActionKindCount; ++k) {
     auto count = [&](const Plan& p) {
       return std::count_if(p.actions.begin(), p.actions.end(),

@@ -27,20 +27,23 @@ constexpr const char* kUsage = R"(usage: autovm-inspect [summary] PLAN
        autovm-inspect diff A B [--top N]
 
 Reads a plan that autovm-plan wrote (schemas/plan.schema.json) and shows, checks or draws it.
-Residency is worked out from the plan's steps and actions by the rules of
-docs/execution-model.md, with no code shared with the planner.
+Residency is worked out from the plan's steps and actions (evict, prefetch, discard,
+recompute, read_remote, advise) by the rules of docs/execution-model.md, with no code shared
+with the planner.
 
 subcommands:
   summary   (the default) model, budget, peak without the plan and resident peak with it,
-            bytes moved each way, predicted step time against no swapping and against the
-            bound, the largest swapped tensors, actions by kind
+            bytes moved each way and read remotely, predicted step time against no swapping
+            and against the bound, the largest swapped tensors, actions by kind
   timeline  resident memory over the steps, drawn in the terminal, with the budget and the
-            peak without the plan; a column shows the most of the steps it covers
+            peak without the plan; a column shows the most of the steps it covers; marks
+            the steps that read tensors remotely
   verify    checks the plan's structure and rules 1-7 of the execution model; lists each
             violation with its rule, step and tensor
   trace     Chrome trace event JSON for Perfetto or chrome://tracing: compute, copies to
-            device and to host, recomputation, resident bytes by kind
-  svg       an SVG picture: resident bytes by kind, budget, peak without the plan, transfers
+            device and to host, recomputation, remote reads, resident bytes by kind
+  svg       an SVG picture: resident bytes by kind, budget, peak without the plan, transfers,
+            remote reads
   diff      compares two plans: options, peaks, step time, bytes moved, actions, residency
 
 options:

@@ -37,8 +37,9 @@ using BytesByKind = std::array<int64_t, kTensorKindCount>;
 enum class Phase { forward, loss, backward, optimizer };
 inline constexpr int kPhaseCount = 4;
 
-enum class ActionKind { evict, prefetch, discard, recompute, advise };
-inline constexpr int kActionKindCount = 5;
+// In the order of the execution model's table. read_remote and advise change no residency.
+enum class ActionKind { evict, prefetch, discard, recompute, read_remote, advise };
+inline constexpr int kActionKindCount = 6;
 
 std::string_view name(TensorKind);
 std::string_view name(Phase);
@@ -85,7 +86,8 @@ struct Action {
   TensorId tensor = 0;
   int64_t bytes = 0;
   StepIndex after_step = -1;       // issued when this step finishes; -1: at the start
-  StepIndex ready_before_step = 0;  // complete before this step starts; n: by the end
+  StepIndex ready_before_step = 0;  // complete before this step starts; n: by the end;
+                                    // read_remote: the step that reads the tensor remotely
   StepIndex source_step = -1;       // recompute only
   std::string mechanism;
   std::string advice;

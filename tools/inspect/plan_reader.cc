@@ -48,6 +48,7 @@ std::string_view name(ActionKind k) {
     case ActionKind::prefetch: return "prefetch";
     case ActionKind::discard: return "discard";
     case ActionKind::recompute: return "recompute";
+    case ActionKind::read_remote: return "read_remote";
     case ActionKind::advise: return "advise";
   }
   return "evict";
@@ -185,7 +186,7 @@ constexpr std::array<std::string_view, kTensorKindCount> kKindNames = {
 constexpr std::array<std::string_view, kPhaseCount> kPhaseNames = {"forward", "loss", "backward",
                                                                     "optimizer"};
 constexpr std::array<std::string_view, kActionKindCount> kActionNames = {
-    "evict", "prefetch", "discard", "recompute", "advise"};
+    "evict", "prefetch", "discard", "recompute", "read_remote", "advise"};
 
 std::optional<double> optional_number(const Field& f, std::string_view key) {
   auto v = f.find(key);

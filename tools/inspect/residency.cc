@@ -49,6 +49,9 @@ std::vector<Issue> check_indices(const Plan& p) {
       bad(fmt::format("ready_before_step {} is out of range [0, {}]", a.ready_before_step, n));
     if (a.kind == ActionKind::recompute && (a.source_step < 0 || a.source_step >= n))
       bad(fmt::format("source_step {} is out of range [0, {}]", a.source_step, n - 1));
+    if (a.kind == ActionKind::read_remote && a.ready_before_step == n)
+      bad(fmt::format("ready_before_step {} is out of range [0, {}]: it is the step that reads "
+                      "the tensor remotely", a.ready_before_step, n - 1));
   }
   return issues;
 }
@@ -88,6 +91,8 @@ std::vector<Lifetime> compute_lifetimes(const Plan& p) {
 }
 
 bool goes_off(ActionKind k) { return k == ActionKind::evict || k == ActionKind::discard; }
+// read_remote and advise: no residency of their own, no part of the pairing.
+bool changes_residency(ActionKind k) { return k != ActionKind::read_remote && k != ActionKind::advise; }
 
 // The step from which an action changes residency (see the header).
 StepIndex effect_step(const Action& a) {
@@ -96,6 +101,7 @@ StepIndex effect_step(const Action& a) {
     case ActionKind::discard: return a.after_step + 1;
     case ActionKind::prefetch: return a.after_step + 1;
     case ActionKind::recompute: return a.ready_before_step;
+    case ActionKind::read_remote:
     case ActionKind::advise: break;
   }
   return a.after_step + 1;
@@ -111,13 +117,16 @@ void pair_actions(const Plan& p, TensorId t, const std::vector<int64_t>& actions
   };
   auto what = [&](int64_t i) { return describe(p.actions[static_cast<size_t>(i)], n); };
 
-  // A persistent tensor evicted after its last use stays on the host until the next training
-  // step, so it starts this one off the GPU (execution model, rule 4).
+  // A persistent tensor evicted after its last use on the GPU (every use after the evict reads
+  // it remotely, if any does) stays on the host until the next training step, so it starts
+  // this one off the GPU (execution model, rule 4).
   bool kept_on_host = false;
-  if (persistent(tensor.kind))
+  if (persistent(tensor.kind) && !life.uses.empty())
     for (int64_t i : actions) {
       const Action& a = p.actions[static_cast<size_t>(i)];
-      if (a.kind == ActionKind::evict && !life.uses.empty() && a.after_step >= life.uses.back())
+      if (a.kind != ActionKind::evict) continue;
+      auto later = std::upper_bound(life.uses.begin(), life.uses.end(), a.after_step);
+      if (std::all_of(later, life.uses.end(), [&](StepIndex u) { return out.read_remotely(t, u); }))
         kept_on_host = true;
     }
   std::optional<OffInterval> open;  // the tensor is off the GPU since open->from
@@ -210,10 +219,14 @@ Analysis analyze(const Plan& p) {
   out.off.resize(p.tensors.size());
 
   out.temporaries.resize(p.tensors.size());
+  out.remote_reads.resize(p.tensors.size());
+  out.remote_read_bytes.assign(static_cast<size_t>(p.step_count()), 0);
   std::vector<std::vector<int64_t>> by_tensor(p.tensors.size());
   for (size_t i = 0; i < p.actions.size(); ++i) {
     const Action& a = p.actions[i];
-    if (a.kind == ActionKind::advise) continue;
+    if (a.kind == ActionKind::read_remote)
+      out.remote_reads[static_cast<size_t>(a.tensor)].push_back(a.ready_before_step);
+    if (!changes_residency(a.kind)) continue;
     const Lifetime& l = out.lifetimes[static_cast<size_t>(a.tensor)];
     if (a.kind == ActionKind::recompute && !l.persistent && a.ready_before_step > l.last &&
         a.ready_before_step < p.step_count()) {
@@ -222,10 +235,14 @@ Analysis analyze(const Plan& p) {
     }
     by_tensor[static_cast<size_t>(a.tensor)].push_back(static_cast<int64_t>(i));
   }
-  for (auto& steps : out.temporaries) {
-    std::sort(steps.begin(), steps.end());
-    steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
-  }
+  for (auto* per_tensor : {&out.temporaries, &out.remote_reads})
+    for (auto& steps : *per_tensor) {
+      std::sort(steps.begin(), steps.end());
+      steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+    }
+  for (const Tensor& t : p.tensors)
+    for (StepIndex s : out.remote_reads[static_cast<size_t>(t.id)])
+      out.remote_read_bytes[static_cast<size_t>(s)] += t.bytes;
   for (size_t t = 0; t < by_tensor.size(); ++t) {
     // In order of effect; at the same step a tensor goes off before it comes back.
     std::sort(by_tensor[t].begin(), by_tensor[t].end(), [&](int64_t a, int64_t b) {
@@ -302,6 +319,11 @@ const OffInterval* Analysis::off_at(TensorId t, StepIndex s) const {
   return nullptr;
 }
 
+bool Analysis::read_remotely(TensorId t, StepIndex s) const {
+  const std::vector<StepIndex>& steps = remote_reads[static_cast<size_t>(t)];
+  return std::binary_search(steps.begin(), steps.end(), s);
+}
+
 bool Analysis::resident_at(TensorId t, StepIndex s) const {
   const Lifetime& l = lifetimes[static_cast<size_t>(t)];
   const std::vector<StepIndex>& temp = temporaries[static_cast<size_t>(t)];
@@ -324,6 +346,7 @@ std::string describe(const Action& a, StepIndex n) {
     case ActionKind::discard: return fmt::format("discard {}", after());
     case ActionKind::recompute:
       return fmt::format("recompute of step {} {}", a.source_step, ready());
+    case ActionKind::read_remote: return fmt::format("remote read at step {}", a.ready_before_step);
     case ActionKind::advise: return fmt::format("advise {} {}", a.advice, after());
   }
   return std::string(name(a.kind));

@@ -19,6 +19,11 @@
 // A recompute whose ready_before_step lies after the last step of a non-persistent tensor's
 // lifetime is a chain temporary: the tensor is there in the moment before that one step (and
 // counts there), outside the off intervals and the pairing.
+// A read_remote (step ready_before_step reads the tensor's host copy over the link) and an
+// advise change no residency and do not pair: a tensor read remotely at s stays off at s and
+// counts nothing there. Whether s lies in an off interval an evict opened is the verifier's
+// check (rule 1). A persistent tensor whose uses after an evict are all remote reads is evicted
+// after its last use on the GPU: it is kept on the host, as above.
 //
 // Each step s has two moments (execution-model.md, "The moment before a step"): s itself, with
 // the tensors resident at s, and the moment before it, where its recompute chains run: those
@@ -42,7 +47,8 @@ struct Issue {
 };
 
 // The ids and steps every analysis indexes with: tensor and step ids equal to their positions,
-// step inputs / outputs / workspaces, action tensors and steps in range, at least one step.
+// step inputs / outputs / workspaces, action tensors and steps in range (a read_remote's
+// ready_before_step names a step: [0, n-1]), at least one step.
 // analyze() needs none of these to fail.
 std::vector<Issue> check_indices(const Plan& plan);
 
@@ -58,6 +64,12 @@ struct Analysis {
   std::vector<std::vector<OffInterval>> off;  // [tensor], in order
   std::vector<Issue> pairing_issues;          // rules 4 and 6
   std::vector<std::vector<StepIndex>> temporaries;  // [tensor] steps it is a chain temporary at
+  // [tensor] the steps that read it remotely (its read_remote actions' ready_before_step),
+  // sorted, each once; as the plan says, valid or not.
+  std::vector<std::vector<StepIndex>> remote_reads;
+  // [step] bytes the step reads remotely: each tensor read remotely there once, by its tensor
+  // bytes. Not part of the resident bytes.
+  std::vector<int64_t> remote_read_bytes;
   std::vector<BytesByKind> live;              // [step] bytes of the live tensors (no actions)
   // [step] bytes on the GPU under the actions, in the larger of the step's two moments: the
   // step's own, with the temporaries beyond what the step allocates counted as activations.
@@ -69,6 +81,8 @@ struct Analysis {
   StepIndex live_peak_step = 0, resident_peak_step = 0;  // first step at the peak
 
   bool resident_at(TensorId t, StepIndex s) const;
+  // True when a read_remote action says step s reads t remotely.
+  bool read_remotely(TensorId t, StepIndex s) const;
   // The off interval containing step s, or nullptr.
   const OffInterval* off_at(TensorId t, StepIndex s) const;
 };
@@ -78,7 +92,8 @@ Analysis analyze(const Plan& plan);
 // check_indices, then analyze; throws Failure(invalid_plan) naming the first index problem.
 Analysis analyze_checked(const Plan& plan);
 
-// "evict after step 3, ready before step 5"; "recompute of step 2 before step 7".
+// "evict issued after step 3, ready before step 5"; "recompute of step 2 before step 7";
+// "remote read at step 89".
 std::string describe(const Action& a, StepIndex step_count);
 // "step 12 (Conv backward, node conv1)", "the start of the step", "the end of the step".
 std::string step_label(const Plan& plan, StepIndex s);

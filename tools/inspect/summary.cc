@@ -29,6 +29,27 @@ std::string off_text(const Plan& p, const OffInterval& iv) {
                      iv.on_action < 0 ? "end" : kind(iv.on_action));
 }
 
+// Remote reads: bytes the steps read from host memory over the link, at no resident cost.
+void print_remote_reads(const Analysis& a) {
+  int64_t total = 0, most = 0;
+  StepIndex steps = 0, most_at = 0;
+  for (size_t s = 0; s < a.remote_read_bytes.size(); ++s) {
+    const int64_t b = a.remote_read_bytes[s];
+    total += b;
+    steps += b > 0;
+    if (b > most) {
+      most = b;
+      most_at = static_cast<StepIndex>(s);
+    }
+  }
+  if (steps == 0) return;
+  std::string where = steps == 1 ? fmt::format("step {}", most_at)
+                                 : fmt::format("{} steps (the most, {}, at step {})", steps,
+                                               format_bytes(most), most_at);
+  fmt::print("{:<10} {} read over the link at {}; not resident there\n", "remote",
+             format_bytes(total), where);
+}
+
 void print_time(const Plan& p) {
   if (!p.prediction || !p.prediction->step_time_us) {
     fmt::print("{:<10} not predicted (the plan has no statistics.prediction)\n", "time");
@@ -76,8 +97,9 @@ void print_largest(const Plan& p, const Analysis& a) {
     const Tensor& t = p.tensors[static_cast<size_t>(swapped[i])];
     std::vector<std::string> off;
     for (const OffInterval& iv : a.off[static_cast<size_t>(t.id)]) off.push_back(off_text(p, iv));
-    fmt::print("  {:>10}  {:<15}  {:<30}  {}\n", format_bytes(t.bytes), name(t.kind), t.name,
-               join(off, ", "));
+    const std::vector<StepIndex>& remote = a.remote_reads[static_cast<size_t>(t.id)];
+    fmt::print("  {:>10}  {:<15}  {:<30}  {}{}\n", format_bytes(t.bytes), name(t.kind), t.name,
+               join(off, ", "), remote.empty() ? "" : "; read remotely at " + join(remote, ", "));
   }
 }
 
@@ -124,6 +146,7 @@ int summary(const Plan& p, const Options&) {
              plural(actions[static_cast<size_t>(ActionKind::evict)], "evict", "evicts"),
              format_bytes(to_device),
              plural(actions[static_cast<size_t>(ActionKind::prefetch)], "prefetch", "prefetches"));
+  print_remote_reads(a);
   print_time(p);
   std::vector<std::string> kinds;
   for (int k = 0; k < kActionKindCount; ++k)

@@ -8,6 +8,7 @@
 //   └──────────────────────────────────────┘
 //   to host    ▮  ▮▮  ▮                         evicts: from after_step + 1 to ready_before_step
 //   to device              ▮ ▮▮  ▮              prefetches
+//   remote read                 ▮ ▮             read_remote: over the step that reads remotely
 //   step axis, phases, legend
 //
 // Self-contained (no scripts, fonts or links) and deterministic.
@@ -25,8 +26,9 @@ namespace {
 
 constexpr double kWidth = 1000, kLeft = 90, kRight = 970;
 constexpr double kTop = 60, kBottom = 360;                  // the memory chart
-constexpr double kRowHeight = 16, kHostRow = 372, kDeviceRow = 392;  // the transfer rows
-constexpr double kAxis = 420, kLegend = 450, kHeight = 510;
+constexpr double kRowHeight = 16, kHostRow = 372, kDeviceRow = 392, kRemoteRow = 412;  // the transfer rows
+constexpr double kRowsEnd = kRemoteRow + kRowHeight;
+constexpr double kAxis = 440, kLegend = 470, kHeight = 530;
 constexpr const char* kBudgetStyle = "stroke=\"#d62728\" stroke-width=\"1.5\"";
 constexpr const char* kPeakStyle = "stroke=\"#555555\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\"";
 constexpr std::array<const char*, kTensorKindCount> kColors = {
@@ -93,7 +95,7 @@ int run_svg(const Options& o) {
     if (static_cast<double>(label.size()) * 6.5 > room) label = label.substr(0, 1);
     svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.0f}\" x2=\"{0:.1f}\" y2=\"{2:.0f}\"/>"
                        "<text x=\"{3:.1f}\" y=\"{4:.0f}\" stroke=\"none\" fill=\"#777777\">{5}</text>\n",
-                       x, kTop, kDeviceRow + kRowHeight, x + 2, kTop + 11, label);
+                       x, kTop, kRowsEnd, x + 2, kTop + 11, label);
   }
   svg += "</g>\n";
 
@@ -144,7 +146,7 @@ int run_svg(const Options& o) {
   for (double s = 0; s <= static_cast<double>(n); s += step_tick)
     svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.0f}\" x2=\"{0:.1f}\" y2=\"{2:.0f}\"/>"
                        "<text x=\"{0:.1f}\" y=\"{3:.0f}\" stroke=\"none\" text-anchor=\"middle\">{4:.0f}</text>\n",
-                       x_of(static_cast<StepIndex>(s)), kDeviceRow + kRowHeight, kDeviceRow + kRowHeight + 4,
+                       x_of(static_cast<StepIndex>(s)), kRowsEnd, kRowsEnd + 4,
                        kAxis, s);
   svg += fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" stroke=\"none\" text-anchor=\"middle\">step</text>\n",
                      (kLeft + kRight) / 2, kAxis + 14);
@@ -181,6 +183,19 @@ int run_svg(const Options& o) {
     }
     svg += "</g>\n";
   }
+  // Remote reads: over the step that reads the tensor's host copy (no copy of its own).
+  svg += fmt::format("<g id=\"remote-read\"><text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"end\">remote read</text>\n",
+                     kLeft - 6, kRemoteRow + 12);
+  for (const Action& x : p.actions) {
+    if (x.kind != ActionKind::read_remote) continue;
+    double x0 = x_of(x.ready_before_step), x1 = std::max(x_of(x.ready_before_step + 1), x0 + 3);
+    svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.0f}\" width=\"{:.1f}\" height=\"{:.0f}\" fill=\"#9467bd\" "
+                       "fill-opacity=\"0.6\"><title>{} {} at step {}</title></rect>\n",
+                       x0, kRemoteRow, x1 - x0, kRowHeight,
+                       escape(p.tensors[static_cast<size_t>(x.tensor)].name), format_bytes(x.bytes),
+                       x.ready_before_step);
+  }
+  svg += "</g>\n";
 
   // Legend.
   svg += "<g id=\"legend\">\n";

@@ -8,6 +8,8 @@
 //            forward loss  backward
 //
 // Steps are bucketed into the columns; a column shows the most resident bytes of its steps.
+// Under the axis, 'r' marks the columns with steps that read tensors remotely (read_remote:
+// bytes read over the link, which the bars do not count), '!' those over the budget.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -46,11 +48,13 @@ int timeline(const Plan& p, const Options& o) {
   const StepIndex cols = o.width;
   const int rows = o.height;
   std::vector<int64_t> value(static_cast<size_t>(cols), 0);
+  std::vector<bool> remote(static_cast<size_t>(cols), false);  // a step of it reads remotely
   std::vector<StepIndex> column_of(static_cast<size_t>(n));  // the leftmost column showing a step
   for (StepIndex c = cols - 1; c >= 0; --c) {
     StepIndex first = c * n / cols, end = std::max((c + 1) * n / cols, first + 1);
     for (StepIndex s = first; s < end; ++s) {
       value[static_cast<size_t>(c)] = std::max(value[static_cast<size_t>(c)], a.resident_total[static_cast<size_t>(s)]);
+      if (a.remote_read_bytes[static_cast<size_t>(s)] > 0) remote[static_cast<size_t>(c)] = true;
       column_of[static_cast<size_t>(s)] = c;
     }
   }
@@ -120,6 +124,19 @@ int timeline(const Plan& p, const Options& o) {
     for (StepIndex c = 0; c < cols; ++c)
       if (value[static_cast<size_t>(c)] > p.budget_bytes) marks[static_cast<size_t>(c)] = '!';
     fmt::print("{:>{}}{}  ! over the budget\n", "", kLabelWidth + 1, marks);
+  }
+  if (std::find(remote.begin(), remote.end(), true) != remote.end()) {
+    std::string marks(static_cast<size_t>(cols), ' ');
+    int64_t total = 0;
+    StepIndex steps = 0;
+    for (StepIndex c = 0; c < cols; ++c)
+      if (remote[static_cast<size_t>(c)]) marks[static_cast<size_t>(c)] = 'r';
+    for (int64_t b : a.remote_read_bytes) {
+      total += b;
+      steps += b > 0;
+    }
+    fmt::print("{:>{}}{}  r read remotely ({} at {} step{}, not in the bars)\n", "", kLabelWidth + 1,
+               marks, format_bytes(total), steps, steps == 1 ? "" : "s");
   }
   std::string numbers(static_cast<size_t>(cols), ' ');
   numbers[0] = '0';

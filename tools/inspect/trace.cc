@@ -1,7 +1,9 @@
 // autovm-inspect trace: the plan as Chrome trace event JSON (Perfetto, chrome://tracing).
 //
 // pid 1; lanes (tid): 1 compute, 2 copy to device (prefetch), 3 copy to host (evict),
-// 4 recompute. "X" complete events. A predicted transfer is drawn from when its copy stream
+// 4 recompute, 5 remote read (read_remote: the step reads the tensor's host copy over the link,
+// while it runs; its compute slice has args.remote_read_bytes). "X" complete events. A
+// predicted transfer is drawn from when its copy stream
 // (one per direction, in issue order) is free to its ready_us. Events that still overlap in one
 // lane go to extra lanes
 // (tid lane*1000 + k, named "copy to host (2)"...) so every lane nests. A "C" counter track
@@ -9,7 +11,8 @@
 //
 // Time: the steps' start_us / end_us and the actions' issue_us / ready_us when the plan has
 // them (predicted); else every step takes kUnitUs and a transfer spans the steps between its
-// after_step and ready_before_step (at least kMinimumUs). otherData.timing says which.
+// after_step and ready_before_step (at least kMinimumUs), a remote read its step.
+// otherData.timing says which.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -26,9 +29,10 @@ using nlohmann::json;
 
 constexpr double kUnitUs = 100;    // an assumed step
 constexpr double kMinimumUs = 10;  // an assumed transfer due before the next step
-constexpr int kCompute = 1, kToDevice = 2, kToHost = 3, kRecompute = 4, kLaneCount = 4;
-constexpr std::array<const char*, kLaneCount + 1> kLaneNames = {"", "compute", "copy to device",
-                                                                  "copy to host", "recompute"};
+constexpr int kCompute = 1, kToDevice = 2, kToHost = 3, kRecompute = 4, kRemoteRead = 5,
+              kLaneCount = 5;
+constexpr std::array<const char*, kLaneCount + 1> kLaneNames = {
+    "", "compute", "copy to device", "copy to host", "recompute", "remote read"};
 
 // When each step starts and ends.
 struct Clock {
@@ -67,6 +71,10 @@ std::pair<double, double> span(const Plan& p, const Clock& clock, const Action& 
     double at = clock.edge(a.ready_before_step);
     return {std::max(0.0, at - d), at};
   }
+  if (a.kind == ActionKind::read_remote) {  // during its step (check_indices: a step, not n)
+    const auto s = static_cast<size_t>(a.ready_before_step);
+    return {clock.start[s], clock.end[s]};
+  }
   double begin = clock.edge(a.after_step + 1);
   return {begin, std::max(clock.edge(a.ready_before_step), begin + kMinimumUs)};
 }
@@ -84,6 +92,7 @@ int run_trace(const Options& o) {
     json args = {{"step", s.id}, {"node", s.node}, {"phase", name(s.phase)},
                  {"resident_bytes", a.resident_total[i]}};
     if (s.compute_us) args["compute_us"] = *s.compute_us;
+    if (a.remote_read_bytes[i] > 0) args["remote_read_bytes"] = a.remote_read_bytes[i];
     slices.push_back({kCompute, clock.start[i], clock.end[i],
                       {{"name", s.op}, {"cat", name(s.phase)}, {"args", std::move(args)}}});
     if (clock.predicted && s.stall_us && *s.stall_us > 0)
@@ -91,8 +100,15 @@ int run_trace(const Options& o) {
                         {{"name", "stall"}, {"cat", "stall"}, {"args", {{"before_step", s.id}}}}});
   }
   for (const Action& x : p.actions) {
-    int lane = x.kind == ActionKind::prefetch ? kToDevice : x.kind == ActionKind::evict ? kToHost
-             : x.kind == ActionKind::recompute ? kRecompute : 0;
+    int lane = 0;
+    switch (x.kind) {
+      case ActionKind::prefetch: lane = kToDevice; break;
+      case ActionKind::evict: lane = kToHost; break;
+      case ActionKind::recompute: lane = kRecompute; break;
+      case ActionKind::read_remote: lane = kRemoteRead; break;
+      case ActionKind::discard:
+      case ActionKind::advise: break;  // instantaneous: no slice
+    }
     if (lane == 0) continue;
     const Tensor& t = p.tensors[static_cast<size_t>(x.tensor)];
     json args = {{"tensor", t.name}, {"kind", name(t.kind)}, {"bytes", x.bytes},
@@ -143,7 +159,8 @@ int run_trace(const Options& o) {
         "its ready_us"
       : fmt::format("assumed: the plan has no per-step start_us/end_us, so every step takes {:.0f} us, "
                     "a transfer spans the steps from after_step + 1 to ready_before_step - 1 (at least "
-                    "{:.0f} us), a recomputation the last {:.0f} us before its step", kUnitUs, kMinimumUs,
+                    "{:.0f} us), a recomputation the last {:.0f} us before its step, a remote read its "
+                    "step", kUnitUs, kMinimumUs,
                     kUnitUs / 4);
   json meta = json::array();
   meta.push_back({{"ph", "M"}, {"pid", 1}, {"name", "process_name"},

@@ -114,11 +114,13 @@ class Verifier {
   void check_actions() {
     static const std::set<std::string> kAdvice = {"read_mostly", "preferred_location_device",
                                                   "preferred_location_host", "accessed_by_device"};
+    std::set<std::pair<TensorId, StepIndex>> remote_reads;
     for (const Action& a : p_.actions) {
       const Tensor& t = tensor(a.tensor);
       auto bad = [&](const std::string& why) { add(0, a.after_step + 1, a.tensor, what(a) + ": " + why); };
       if (a.kind != ActionKind::advise && a.bytes != t.bytes)
-        bad(fmt::format("moves {} bytes of a {}-byte tensor", a.bytes, t.bytes));
+        bad(fmt::format("{} {} bytes of a {}-byte tensor",
+                        a.kind == ActionKind::read_remote ? "reads" : "moves", a.bytes, t.bytes));
       if (a.kind != ActionKind::advise && p_.movable &&
           std::find(p_.movable->begin(), p_.movable->end(), t.kind) == p_.movable->end()) {
         std::vector<std::string_view> allowed;
@@ -150,6 +152,13 @@ class Verifier {
                             src.label(), src.op, join(*p_.recompute_ops, ", ")));
           break;
         }
+        case ActionKind::read_remote:
+          if (a.after_step != a.ready_before_step - 1)
+            bad(fmt::format("a read_remote has after_step = ready_before_step - 1, not {}", a.after_step));
+          if (!remote_reads.insert({a.tensor, a.ready_before_step}).second)
+            bad(fmt::format("a second read_remote of '{}' at step {}: one says it", t.name,
+                            a.ready_before_step));
+          break;
         case ActionKind::advise:
           if (!kAdvice.count(a.advice))
             bad(fmt::format("unknown advice '{}'; expected read_mostly, preferred_location_device, "
@@ -171,8 +180,30 @@ class Verifier {
                       "resident peak of {}", *p_.prediction->resident_peak_bytes, a_.resident_peak));
   }
 
-  // Rule 1: every tensor a step reads, writes or uses as workspace is resident at that step.
+  // Rule 1: every tensor a step reads, writes or uses as workspace is resident at that step,
+  // except where the step reads it remotely: there it is off, by an evict (its host copy), and
+  // the step only reads it. Each read_remote that does not hold is one issue, which also covers
+  // the use it was meant to excuse.
   void check_uses() {
+    // (input, step) -> the first recompute that reads it just before that step.
+    std::map<std::pair<TensorId, StepIndex>, size_t> read_by_recompute;
+    for (size_t j = 0; j < p_.actions.size(); ++j) {
+      const Action& r = p_.actions[j];
+      if (r.kind == ActionKind::recompute)
+        for (TensorId in : p_.steps[static_cast<size_t>(r.source_step)].inputs)
+          read_by_recompute.emplace(std::pair{in, r.ready_before_step}, j);
+    }
+    std::set<std::pair<TensorId, StepIndex>> excused;  // read remotely, valid or reported
+    for (size_t i = 0; i < p_.actions.size(); ++i) {
+      const Action& a = p_.actions[i];
+      if (a.kind != ActionKind::read_remote || !excused.insert({a.tensor, a.ready_before_step}).second)
+        continue;  // a second one at the same step is a structure issue
+      std::string why = remote_read_problem(a, read_by_recompute);
+      if (!why.empty())
+        add(1, a.ready_before_step, a.tensor,
+            fmt::format("actions[{}] (remote read of '{}' at step {}): {}", i,
+                        tensor(a.tensor).name, a.ready_before_step, why));
+    }
     std::vector<TensorId> used;
     for (const Step& s : p_.steps) {
       used.assign(s.inputs.begin(), s.inputs.end());
@@ -182,12 +213,41 @@ class Verifier {
       used.erase(std::unique(used.begin(), used.end()), used.end());
       for (TensorId t : used) {
         const OffInterval* iv = a_.off_at(t, s.id);
-        if (!iv) continue;
+        if (!iv || excused.count({t, s.id})) continue;
         add(1, s.id, t, fmt::format("used while off the GPU (off [{}, {}]: {}{})", iv->from,
                                     iv->through, off_cause(*iv),
                                     iv->on_action < 0 ? ", never brought back" : ""));
       }
     }
+  }
+
+  // Why a read_remote does not hold (execution model, "Remote reads"), or "" when it does.
+  std::string remote_read_problem(
+      const Action& a, const std::map<std::pair<TensorId, StepIndex>, size_t>& read_by_recompute) const {
+    const StepIndex s = a.ready_before_step;
+    const Step& step = p_.steps[static_cast<size_t>(s)];
+    auto has = [&](const std::vector<TensorId>& list) {
+      return std::find(list.begin(), list.end(), a.tensor) != list.end();
+    };
+    if (!has(step.inputs)) return fmt::format("step {} does not read it", s);
+    if (has(step.outputs)) return fmt::format("step {} writes it; a remote read only reads", s);
+    if (step.workspace == a.tensor) return fmt::format("it is the workspace of step {}", s);
+    auto r = read_by_recompute.find({a.tensor, s});
+    if (r != read_by_recompute.end()) {
+      const Action& rc = p_.actions[r->second];
+      return fmt::format("the recompute of '{}' from step {} (actions[{}]) reads it just before "
+                         "step {}, and a recompute does not read remotely", tensor(rc.tensor).name,
+                         rc.source_step, r->second, s);
+    }
+    // Step s reads the tensor, so s lies in its lifetime: not off there means resident.
+    const OffInterval* iv = a_.off_at(a.tensor, s);
+    if (!iv)
+      return fmt::format("it is resident at step {}; a remote read is of a tensor an evict took "
+                         "off the GPU", s);
+    if (iv->off_action >= 0 && p_.actions[static_cast<size_t>(iv->off_action)].kind != ActionKind::evict)
+      return fmt::format("it is off at step {} by a discard (off [{}, {}]: {}), which keeps no "
+                         "host copy to read", s, iv->from, iv->through, off_cause(*iv));
+    return "";
   }
 
   std::string off_cause(const OffInterval& iv) const {
