@@ -44,7 +44,10 @@ options:
   --budget SIZE|min     GPU memory the step may use (default: no limit). SIZE is a
                         number with a unit: B, KB, MB, GB, TB (powers of 10) or KiB,
                         MiB, GiB, TiB (powers of 2), e.g. 8GB, 7.5GiB. 'min' plans for
-                        the smallest budget any plan can meet.
+                        the smallest budget any plan can meet. A budget below a step's
+                        working set is met by reading some of that step's inputs where
+                        they lie in host memory, over the link, when the mechanism can
+                        (docs/execution-model.md, "Remote reads").
   --device NAME|FILE    device profile: a shipped name (h200-pcie, rtx3070-8gb,
                         rtx3060-12gb, v100-16gb-pcie, a100-40gb-pcie) or a JSON file
                         (default: h200-pcie)
@@ -66,6 +69,9 @@ options:
                         for a trainer whose allocator cannot make cuDNN fall back to an
                         algorithm with less (autovm.allocator's pool)
   --no-recompute        move tensors only; never plan recomputation
+  --no-remote-reads     every step keeps its whole working set resident: for a trainer
+                        that cannot let a kernel read host memory (the budget, and
+                        --budget min, then stay at or above the largest working set)
   --recompute-ops OPS   recompute chains run only these ONNX ops (comma-separated, e.g.
                         'BatchNormalization,Relu,MaxPool' for a trainer that can replay
                         cheap ops but not convolutions); the lower bound allows the same
@@ -259,6 +265,8 @@ Args parse_args(int argc, char** argv, bool& done) {
       a.options.reserve_file = value();
     } else if (arg == "--no-recompute") {
       a.options.allow_recompute = false;
+    } else if (arg == "--no-remote-reads") {
+      a.options.remote_reads = false;
     } else if (arg == "--recompute-ops") {
       a.options.recompute_ops = parse_recompute_ops(value());
       a.recompute_ops_given = true;

@@ -1,8 +1,10 @@
 #include "driver/pipeline.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <future>
 #include <limits>
@@ -15,11 +17,13 @@
 #include "model/fusion/fusion.h"
 #include "model/model.h"
 #include "model/shape_inference.h"
+#include "plan/action_order.h"
 #include "plan/baselines.h"
 #include "plan/bound.h"
 #include "plan/cost_model.h"
 #include "plan/device_profile.h"
 #include "plan/gaps.h"
+#include "plan/remote_reads.h"
 #include "plan/search.h"
 #include "plan/simulator.h"
 #include "plan/workspace_fit.h"
@@ -55,6 +59,28 @@ Prediction predict(const std::string& policy, const SimResult& sim, int64_t resi
   return p;
 }
 
+// check_budget_feasible (plan/gaps.h) for a plan without remote reads, its message saying
+// how remote reads would go below that budget.
+void check_working_sets_fit(const TrainingGraph& g, const std::vector<Lifetime>& life, int64_t budget,
+                            const PlanOptions& options, const DeviceProfile& device,
+                            const Mechanism& mech) {
+  try {
+    check_budget_feasible(g, life, budget, options.movable);
+  } catch (const Error& e) {
+    std::vector<std::string> readers;
+    for (const Mechanism& m : device.mechanisms)
+      if (m.reads_remotely()) readers.push_back(m.name);
+    std::string hint;
+    if (!options.remote_reads)
+      hint = "; without --no-remote-reads, steps may read some inputs from host memory below it";
+    else if (!readers.empty())
+      hint = fmt::format("; mechanism '{}' cannot read host memory remotely: with --mechanism "
+                         "{}, steps may read some inputs from host memory below it",
+                         mech.name, fmt::join(readers, "|"));
+    throw Error(e.kind(), e.what() + hint);
+  }
+}
+
 // Swap planning under the budget (plan/search.h), its prediction, the bound and the
 // baselines.
 void plan_under_budget(Plan& plan) {
@@ -68,15 +94,33 @@ void plan_under_budget(Plan& plan) {
   plan.compute_us = predict_step_times(g, device);
   if (!plan.options.step_times_file.empty())
     apply_measured_step_times(plan.options.step_times_file, g, plan.compute_us);
+  // Steps may read remotely where their working set exceeds the budget (plan/remote_reads.h),
+  // when the mechanism can and the options allow it.
+  const bool remote = plan.options.remote_reads && mech.reads_remotely();
   if (plan.options.minimum_budget)
-    plan.options.budget_bytes = max_of(unavoidable_bytes(g, plan.lifetimes, plan.options.movable));
+    plan.options.budget_bytes =
+        max_of(remote ? remote_floor_bytes(g, plan.lifetimes, plan.options.movable)
+                      : unavoidable_bytes(g, plan.lifetimes, plan.options.movable));
   int64_t budget = plan.options.budget_bytes;
   bool swaps = plan.timeline.peak_bytes > budget;
+  if (!remote && swaps) check_working_sets_fit(g, plan.lifetimes, budget, plan.options, device, mech);
+  const RemoteReadChoice remote_reads =
+      remote && swaps ? choose_remote_reads(g, plan.lifetimes, budget, plan.options.movable, mech)
+                      : RemoteReadChoice{};
+  // What the search, the simulator and the bound plan with: the lifetimes with the remote
+  // reads' uses out, and each step's time with its remote reads in.
+  const std::vector<Lifetime>& life = remote_reads.empty() ? plan.lifetimes : remote_reads.planning_life;
+  std::vector<double> step_us = plan.compute_us;
+  if (!remote_reads.empty())
+    for (size_t s = 0; s < step_us.size(); ++s) {
+      step_us[s] += remote_reads.extra_us[s];
+      plan.remote_read_us += remote_reads.extra_us[s];
+    }
   SimResult sim;
   // The bound depends on none of the choices below: when there are any to make, it is worked
   // out on another thread beside them (the gap-split gate and the prediction wait for it).
   auto work_out_bound = [&] {
-    return lower_bound(g, plan.lifetimes, plan.timeline.total, plan.compute_us, budget, mech,
+    return lower_bound(g, life, plan.timeline.total, step_us, budget, mech,
                        plan.options.movable, plan.options.allow_recompute,
                        plan.options.recompute_ops, plan.options.explain_bound);
   };
@@ -89,8 +133,8 @@ void plan_under_budget(Plan& plan) {
   };
   if (swaps) {
     const SearchProblem problem{.graph = g,
-                                .life = plan.lifetimes,
-                                .compute_us = plan.compute_us,
+                                .life = life,
+                                .compute_us = step_us,
                                 .mechanism = mech,
                                 .device = device,
                                 .budget_bytes = budget,
@@ -106,6 +150,15 @@ void plan_under_budget(Plan& plan) {
   for (size_t i = 0; i < plan.actions.size(); ++i) {
     plan.actions[i].issue_us = sim.issue_us[i];
     plan.actions[i].ready_us = sim.ready_us[i];
+  }
+  if (!remote_reads.empty()) {  // their time is in their steps' (step_us): the sim holds it
+    for (Action& a : remote_read_actions(g, remote_reads, mech)) {
+      a.issue_us = sim.start_us[size_t(a.ready_before_step)];
+      a.ready_us = sim.end_us[size_t(a.ready_before_step)];
+      plan.actions.push_back(std::move(a));
+    }
+    sort_actions(plan.actions);
+    assert(remote_reads_off(g, plan.lifetimes, plan.actions));
   }
   plan.start_us = sim.start_us;
   plan.end_us = sim.end_us;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 
 #include "emit/plan_json.h"
 #include "plan/bound.h"
@@ -165,14 +166,27 @@ std::string plan_summary(const Plan& plan) {
     const Prediction& p = plan.prediction;
     line("device", fmt::format("{}, mechanism {}", plan.device, plan.mechanism));
     if (!plan.actions.empty()) {
-      int counts[5] = {0, 0, 0, 0, 0};
-      for (const Action& a : plan.actions) counts[static_cast<int>(a.kind)]++;
+      int counts[6] = {0, 0, 0, 0, 0, 0};
+      int64_t remote_bytes = 0;
+      std::set<StepIndex> remote_steps;
+      for (const Action& a : plan.actions) {
+        counts[static_cast<int>(a.kind)]++;
+        if (a.kind != ActionKind::read_remote) continue;
+        remote_bytes += a.bytes;
+        remote_steps.insert(a.ready_before_step);
+      }
       line("actions", fmt::format("{} evict, {} prefetch, {} discard, {} recompute; resident "
                                   "peak {}",
                                   counts[1], counts[0], counts[2], counts[3],
                                   format_bytes_short(p.resident_peak_bytes)));
       line("moved", fmt::format("{} to host, {} to device", format_bytes_short(p.bytes_to_host),
                                 format_bytes_short(p.bytes_to_device)));
+      if (counts[static_cast<int>(ActionKind::read_remote)] > 0)
+        line("remote", fmt::format("{} read over the link by {} steps whose working set exceeds "
+                                   "the budget ({} of their compute; docs/execution-model.md, "
+                                   "\"Remote reads\")",
+                                   format_bytes_short(remote_bytes), remote_steps.size(),
+                                   ms(plan.remote_read_us)));
     }
     line("step time", fmt::format("{} predicted (compute {}, stall {}, recompute {})",
                                   ms(p.step_time_us), ms(p.compute_us), ms(p.stall_us),

@@ -16,6 +16,7 @@ std::string_view name(ActionKind k) {
     case ActionKind::discard: return "discard";
     case ActionKind::recompute: return "recompute";
     case ActionKind::advise: return "advise";
+    case ActionKind::read_remote: return "read_remote";
   }
   return "prefetch";
 }

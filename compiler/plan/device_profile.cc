@@ -51,6 +51,8 @@ class Reader {
     }
   }
 
+  bool has(const char* key) const { return object_.contains(key); }
+
   const json& get(const char* key) const {
     auto it = object_.find(key);
     if (it == object_.end()) fail(field(key), "is missing");
@@ -202,7 +204,7 @@ DeviceProfile parse_device_profile(const std::string& json_text, const std::stri
   for (size_t i = 0; i < mechanisms.size(); ++i) {
     std::string path = fmt::format("mechanisms[{}]", i);
     Reader m(origin, mechanisms[i], path);
-    m.only({"name", "description", "to_device", "to_host", "duplex"});
+    m.only({"name", "description", "to_device", "to_host", "duplex", "remote_read"});
     Mechanism mech;
     mech.name = m.string("name");
     if (!seen.insert(mech.name).second) r.fail(path + ".name", "repeats '" + mech.name + "'");
@@ -210,6 +212,7 @@ DeviceProfile parse_device_profile(const std::string& json_text, const std::stri
     mech.to_device = m.transfer("to_device");
     mech.to_host = m.transfer("to_host");
     mech.duplex = m.boolean("duplex");
+    if (m.has("remote_read")) mech.remote_read = m.transfer("remote_read");
     p.mechanisms.push_back(std::move(mech));
   }
   p.default_mechanism = r.string("default_mechanism");

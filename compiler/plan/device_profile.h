@@ -27,6 +27,11 @@ struct Mechanism {
   Transfer to_device;
   Transfer to_host;
   bool duplex = false;     // both directions at once at full bandwidth; if false, they share the link one at a time
+  // Kernels reading a tensor where it lies in host memory, mapped into the GPU's address
+  // space (docs/execution-model.md, "Remote reads"); absent (bandwidth 0) when the mechanism
+  // cannot give an evicted tensor a device address that reads its host copy.
+  Transfer remote_read;
+  bool reads_remotely() const { return remote_read.bandwidth_gbps > 0; }
 };
 
 struct DeviceProfile {

@@ -17,6 +17,8 @@ std::vector<Gap> find_gaps(const TrainingGraph& g, const std::vector<Lifetime>& 
     if (t.bytes == 0 || l.uses.empty() || !movable.has(t.kind)) continue;
     for (size_t k = 1; k < l.uses.size(); ++k)
       if (l.uses[k] > l.uses[k - 1] + 1) gaps.push_back({t.id, l.uses[k - 1], l.uses[k], false});
+    if (!l.persistent && l.uses.back() < l.last)
+      gaps.push_back({t.id, l.uses.back(), l.last + 1, false, true});
     if (l.persistent) {
       StepIndex first = l.uses.front(), last = l.uses.back();
       bool room = first > 0 || last < g.step_count() - 1;

@@ -9,6 +9,11 @@
 //   resident   +---+              +---   (used at a and b)
 //   may be off     [..........]
 //
+// A tensor read remotely at its last use (plan/remote_reads.h) is planned with that use taken
+// out of its uses: its lifetime then runs past its last use, and that tail is a gap of its
+// own, off during [last use + 1, lifetime's last step], left by an eviction and never brought
+// back (the remote read replaces the prefetch).
+//
 // unavoidable_bytes(s) is what every plan keeps resident at step s: the tensors s uses (its
 // working set, workspace included) and the live tensors no gap covers at s (an input or label
 // before its first use). Its maximum is the smallest budget any plan can meet.
@@ -31,6 +36,7 @@ struct Gap {
   StepIndex after = 0;   // the use before the gap (a)
   StepIndex before = 0;  // the use after the gap (b); for a wrap gap, the first use
   bool wrap = false;     // persistent tensor: from its last use round to its first
+  bool tail = false;     // from its last use to the end of its lifetime (before: that end + 1)
   bool covers(StepIndex s) const { return wrap ? (s > after || s < before) : (after < s && s < before); }
 };
 

@@ -42,6 +42,7 @@ struct PlanOptions {
   RecomputeOps recompute_ops;        // --recompute-ops: ops a recompute chain may run (default all)
   MovableKinds movable;              // --movable: kinds the plan may take off the GPU (default all)
   bool minimum_budget = false;       // --budget min: plan for the smallest feasible budget
+  bool remote_reads = true;          // --no-remote-reads: every step's working set resident
   int64_t budget_bytes = 0;
   int64_t batch = 0;  // 0: the model's own batch dimension when fixed, else 1
   training::Optimizer optimizer = training::Optimizer::sgd;
@@ -56,7 +57,7 @@ struct PlanOptions {
 
 struct StepTimeBound;  // plan/bound.h
 
-enum class ActionKind { prefetch, evict, discard, recompute, advise };
+enum class ActionKind { prefetch, evict, discard, recompute, advise, read_remote };
 
 // A memory operation the runtime issues between steps; docs/execution-model.md says exactly
 // what each kind does to residency.
@@ -84,6 +85,10 @@ struct Action {
   // Off from after + 1.
   static Action discard(TensorId t, int64_t bytes, StepIndex after) {
     return of(ActionKind::discard, t, bytes, after, after + 1, "");
+  }
+  // Step `step` reads the tensor where its evicted copy lies in host memory (remote_reads.h).
+  static Action read_remote(TensorId t, int64_t bytes, StepIndex step, std::string mechanism) {
+    return of(ActionKind::read_remote, t, bytes, step - 1, step, std::move(mechanism));
   }
   // Runs step `source` again just before step `before`.
   static Action recompute(TensorId t, int64_t bytes, StepIndex source, StepIndex before) {
@@ -137,6 +142,7 @@ struct Plan {
   std::vector<double> start_us;        // by step, under the plan
   std::vector<double> end_us;
   std::vector<double> stall_us;
+  double remote_read_us = 0;           // what the read_remote actions add to their steps
   Prediction prediction;               // autovm's plan
   double no_swap_step_time_us = 0;
   double bound_us = 0;

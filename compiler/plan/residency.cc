@@ -64,13 +64,13 @@ std::vector<int64_t> resident_bytes(const TrainingGraph& g, const std::vector<Li
       temporaries[static_cast<size_t>(a.ready_before_step)] += g.tensor(a.tensor).bytes;
       continue;
     }
-    if (a.kind != ActionKind::advise) ++first_change[static_cast<size_t>(a.tensor) + 1];
+    if (changes_residency(a.kind)) ++first_change[static_cast<size_t>(a.tensor) + 1];
   }
   for (size_t x = 1; x < first_change.size(); ++x) first_change[x] += first_change[x - 1];
   std::vector<Change> changes(first_change.back());
   std::vector<uint32_t> next(first_change.begin(), first_change.end() - 1);
   for (const Action& a : actions)
-    if (a.kind != ActionKind::advise && !is_temporary(a))
+    if (changes_residency(a.kind) && !is_temporary(a))
       changes[next[static_cast<size_t>(a.tensor)]++] = change_of(a);
   for (size_t x = 0; x + 1 < first_change.size(); ++x) {
     if (first_change[x] == first_change[x + 1]) continue;
@@ -140,7 +140,8 @@ bool TensorResidency::on(TensorId y, StepIndex t) const {
       case ActionKind::discard: changes.push_back({a.after_step + 1, false}); break;
       case ActionKind::prefetch: changes.push_back({a.after_step + 1, true}); break;
       case ActionKind::recompute: changes.push_back({a.ready_before_step, true}); break;
-      case ActionKind::advise: break;
+      case ActionKind::advise:
+      case ActionKind::read_remote: break;
     }
   }
   if (!l.persistent && (t < l.first || t > l.last)) return false;

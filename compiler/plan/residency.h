@@ -35,6 +35,12 @@
 
 namespace autovm {
 
+// Whether an action of this kind takes its tensor off the GPU or brings it back: advice and a
+// remote read (the tensor stays off) do neither.
+inline bool changes_residency(ActionKind k) {
+  return k != ActionKind::advise && k != ActionKind::read_remote;
+}
+
 // A recompute whose ready_before_step lies after its (non-persistent) tensor's lifetime: a
 // chain temporary, resident in the moment before ready_before_step only.
 inline bool is_chain_temporary(const Action& a, const std::vector<Lifetime>& life) {

@@ -77,6 +77,7 @@ SimResult simulate(const TrainingGraph& graph, const std::vector<Action>& action
           break;
         case ActionKind::advise:
         case ActionKind::recompute:
+        case ActionKind::read_remote:  // its time is in the step's own (remote_reads.h)
           break;
       }
       if (queue == nullptr) {

@@ -131,7 +131,7 @@ class Selector {
     for (const Gap& gp : gaps_) {
       bytes_.push_back(g.tensor(gp.tensor).bytes);
       out_us_.push_back(mech.to_host.time_us(bytes_.back()));
-      in_us_.push_back(mech.to_device.time_us(bytes_.back()));
+      in_us_.push_back(gp.tail ? 0.0 : mech.to_device.time_us(bytes_.back()));
       producer_.push_back(life[size_t(gp.tensor)].first);
     }
     temporaries_at_.resize(size_t(n_));
@@ -341,7 +341,7 @@ class Selector {
       window(gp, o.lo, o.hi);
       if (avoid_pins(gp, s, o.lo, o.hi)) o.cost_us = stall(i, o.lo, o.hi) + link_floor;
     }
-    if (opts_.allow_recompute && !gp.wrap && o.cost_us > 0 && !move_only_[i]) {
+    if (opts_.allow_recompute && !gp.wrap && !gp.tail && o.cost_us > 0 && !move_only_[i]) {
       StepIndex at = recompute_at(gp, s);
       if (at > gp.after + 1 && !surely_above(chain_cost_floor(i, at), cleared, beat_per) &&
           chain(gp, at, c) && c.cost_us < o.cost_us) {
@@ -441,7 +441,7 @@ class Selector {
     Windows w = windows(c.gap, c.lo, c.hi);
     to_host_.reserve(w.evict_lo, w.evict_hi, mech_.to_host.time_us(bytes), true);
     (mech_.duplex ? to_device_ : to_host_)
-        .reserve(w.fetch_lo, w.fetch_hi, mech_.to_device.time_us(bytes), false);
+        .reserve(w.fetch_lo, w.fetch_hi, in_us_[taken], false);
     return c;
   }
 
@@ -524,7 +524,8 @@ std::vector<Action> to_actions(const TrainingGraph& g, const std::vector<Lifetim
     StepIndex evict_ready = std::min(c.lo, n);
     StepIndex fetch_after = c.hi;
     actions.push_back(Action::evict(c.gap.tensor, bytes, c.gap.after, evict_ready, mech.name));
-    actions.push_back(Action::prefetch(c.gap.tensor, bytes, fetch_after, c.gap.before, mech.name));
+    if (!c.gap.tail)  // a tail is read remotely after it, never brought back (gaps.h)
+      actions.push_back(Action::prefetch(c.gap.tensor, bytes, fetch_after, c.gap.before, mech.name));
   }
   return actions;
 }

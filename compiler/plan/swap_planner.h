@@ -20,7 +20,7 @@
 //              latest: SwapOptions::order), choose one gap that covers s, and how to take its
 //              tensor off there:
 //                moved        evict / prefetch, off over the steps of the gap that were over
-//                             the budget;
+//                             the budget (a tail gap, gaps.h: evict only);
 //                regenerated  discarded after the gap's first use, made again by a recompute
 //                             chain (plan/residency.h) just before its next use (or before a
 //                             step where another chain needs it), off over the whole gap up

@@ -216,15 +216,52 @@ with tempfile.TemporaryDirectory() as tmp:
     # A chain's temporaries count in the moment before their step, not on top of it, so the
     # first block's output can be regenerated before step 89 rather than arrive over the link
     # (docs/execution-model.md, "The moment before a step").
+    # (--no-remote-reads: the least budget that holds every step's working set.)
     r = case("VGG-19 b256 --budget min bound", [os.path.join(MODELS, "vgg19.onnx"), "--batch", "256",
-             "--optimizer", "momentum", "--budget", "min", "--device", "h200-pcie", "--quiet"],
-             0, stream="stdout")
+             "--optimizer", "momentum", "--budget", "min", "--device", "h200-pcie", "--quiet",
+             "--no-remote-reads"], 0, stream="stdout")
     pred = json.loads(r.stdout)["statistics"]["prediction"] if r.returncode == 0 else {}
     ok = pred.get("bound_us", 0) >= 251.0e3 and pred.get("bound_critical_step") == 57
     ok = ok and pred["step_time_us"] >= pred["bound_us"]
     results.append(ok)
     print(f"{'PASS' if ok else 'FAIL'} VGG-19 b256 min: the pair (57, 89) bound, "
           f"{pred.get('bound_us', 0) / 1e3:.1f} ms >= 251.0")
+    # Remote reads (docs/execution-model.md, "Remote reads"): below VGG-19 b256's largest working
+    # set (10.13 GB, momentum), the steps over it read inputs they read last from host memory.
+    # 8 GB: the plan holds the budget, every read_remote names an input of its step whose last
+    # use it is, and the tensor's last action before it is an evict; without remote reads, or
+    # on a mechanism that cannot read remotely (pinned_copy), 8 GB is refused.
+    vgg = [os.path.join(MODELS, "vgg19.onnx"), "--batch", "256", "--optimizer", "momentum",
+           "--device", "h200-pcie"]
+    r = case("VGG-19 b256 at 8 GB reads remotely", vgg + ["--budget", "8GB"], 0,
+             "read over the link by", "Remote reads")
+    rp = json.loads(r.stdout) if r.returncode == 0 else {"actions": [], "steps": [], "statistics": {}}
+    reads = [a for a in rp["actions"] if a["kind"] == "read_remote"]
+    ok = bool(reads) and rp["statistics"]["prediction"]["resident_peak_bytes"] <= 8_000_000_000
+    for a in reads:
+        st = rp["steps"][a["ready_before_step"]]
+        life = rp["lifetimes"][a["tensor"]]
+        before = [b for b in rp["actions"] if b["tensor"] == a["tensor"] and b["kind"] != "read_remote"
+                  and b["after_step"] < a["ready_before_step"]]
+        ok = ok and a["tensor"] in st["inputs"] and a["tensor"] not in st["outputs"]
+        ok = ok and life["uses"][-1] == a["ready_before_step"] and a["after_step"] == a["ready_before_step"] - 1
+        ok = ok and bool(before) and before[-1]["kind"] == "evict"
+        ok = ok and before[-1]["ready_before_step"] <= a["ready_before_step"]
+    results.append(ok)
+    print(f"{'PASS' if ok else 'FAIL'} VGG-19 b256 at 8 GB: {len(reads)} remote reads, each of a last "
+          f"use after its eviction")
+    case("VGG-19 b256 at 8 GB without remote reads", vgg + ["--budget", "8GB", "--no-remote-reads"], 6,
+         "smallest budget that works", "10.1 GB")
+    case("VGG-19 b256 at 8 GB on pinned_copy", vgg + ["--budget", "8GB", "--mechanism", "pinned_copy"], 6,
+         "smallest budget that works")
+    low = case("VGG-19 b256 --budget min reads remotely", vgg + ["--budget", "min", "--quiet"], 0,
+               stream="stdout")
+    least = json.loads(low.stdout)["options"]["budget_bytes"] if low.returncode == 0 else 0
+    ok = 0 < least < 8_000_000_000
+    results.append(ok)
+    print(f"{'PASS' if ok else 'FAIL'} VGG-19 b256 --budget min {least / 1e9:.2f} GB, below 8 GB")
+    case("VGG-19 b256 below the remote floor", vgg + ["--budget", f"{least - 1}B"], 6,
+         "even reading", "remotely", "The smallest budget that works is")
     # Baselines (docs/baselines.md): every one is written with "calibrated"; the summary gives a
     # step time only for no_swap and checkpoint. VGG-19 b256 at 18.4 GB, where all but no_swap fit.
     r = run(os.path.join(MODELS, "vgg19.onnx"), "--batch", "256", "--optimizer", "momentum",
@@ -268,7 +305,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # that sets it, and bound(s) at the steps where it is worked out, none above the bound.
     r = case("--explain-bound", [os.path.join(MODELS, "vgg19.onnx"), "--batch", "256",
              "--optimizer", "momentum", "--budget", "min", "--device", "h200-pcie", "--quiet",
-             "--explain-bound", "-o", os.path.join(tmp, "explained.json")], 0,
+             "--no-remote-reads", "--explain-bound", "-o", os.path.join(tmp, "explained.json")], 0,
              f"lower bound {pred.get('bound_us', 0) / 1e3:.1f} ms", "set by the pair of steps 57 (",
              ") and 89 (", "Rc(E-M)")
     rows = [ln.split() for ln in r.stderr.splitlines() if ln.strip()[:1].isdigit()]

@@ -74,6 +74,7 @@ void widen(const TrainingGraph& g, const std::vector<Lifetime>& life, int64_t bu
   std::vector<size_t> order;
   for (size_t i = 0; i + 1 < actions.size(); ++i)
     if (actions[i].kind == ActionKind::evict && actions[i + 1].kind == ActionKind::prefetch &&
+        actions[i].tensor == actions[i + 1].tensor &&
         actions[i].after_step < actions[i + 1].ready_before_step &&
         actions[i].ready_before_step <= actions[i + 1].after_step)
       order.push_back(i);
@@ -97,6 +98,25 @@ void widen(const TrainingGraph& g, const std::vector<Lifetime>& life, int64_t bu
     }
     evict.ready_before_step = lo;
     fetch.after_step = hi;
+  }
+  // An eviction that takes a tensor off for the rest of its lifetime (a tail gap, plan/gaps.h:
+  // read remotely after it) lands as late as the budget allows.
+  std::vector<StepIndex> last_back(g.tensors.size(), -1);  // [tensor] the last step it comes back at
+  for (const Action& a : actions) {
+    StepIndex& back = last_back[size_t(a.tensor)];
+    if (a.kind == ActionKind::prefetch) back = std::max(back, a.after_step + 1);
+    if (a.kind == ActionKind::recompute) back = std::max(back, a.ready_before_step);
+  }
+  for (size_t i = 0; i < actions.size(); ++i) {
+    Action& evict = actions[i];
+    const Lifetime& l = life[size_t(evict.tensor)];
+    if (evict.kind != ActionKind::evict || drop[i] || l.persistent ||
+        last_back[size_t(evict.tensor)] >= evict.ready_before_step)
+      continue;
+    StepIndex lo = evict.ready_before_step;
+    while (lo <= l.last && resident[size_t(lo)] + evict.bytes <= budget) resident[size_t(lo++)] += evict.bytes;
+    if (lo > l.last) drop[i] = true;
+    else evict.ready_before_step = lo;
   }
   std::vector<Action> kept;
   for (size_t i = 0; i < actions.size(); ++i)

@@ -9,7 +9,9 @@
 //      one that regenerates an input of another recompute;
 //   2. for each evict/prefetch pair (by the prefetch's deadline), issue the prefetch as early
 //      and complete the eviction as late as the budget allows, so transfers get the most
-//      time; a pair that no longer takes its tensor off at any step is dropped.
+//      time; a pair that no longer takes its tensor off at any step is dropped;
+//   3. an eviction that takes a non-persistent tensor off for the rest of its lifetime (a tail
+//      gap, plan/gaps.h) completes as late as the budget allows.
 // Resident bytes stay within the budget wherever they were.
 #pragma once
 

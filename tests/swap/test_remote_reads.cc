@@ -1,0 +1,158 @@
+// Remote reads (plan/remote_reads.h) on small graphs whose choices are worked out by hand; every
+// plan also passes the independent verifier (verify_plan.h).
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "analysis/lifetimes.h"
+#include "plan/remote_reads.h"
+#include "plan/residency.h"
+#include "plan/simulator.h"
+#include "plan/swap_planner.h"
+#include "swap_test_util.h"
+#include "util/error.h"
+#include "verify_plan.h"
+
+using namespace autovm;
+using namespace autovm::test;
+
+namespace {
+
+Mechanism remote_link() {  // the slow link, and kernels read host memory at 0.5 B/us
+  Mechanism m = slow_link();
+  m.remote_read = {0.0005, 0};
+  return m;
+}
+
+// a, b, c, d: 100 B activations.
+//   step 0: a = A()     step 1: b = B(a)     step 2: c = C(a, b)     step 3: d = D(c)
+// Working sets: 100, 200, 300, 200. Step 2 is the last use of both a and b, each used before:
+// both are eligible there; nothing is eligible elsewhere (step 1 reads a, which step 2 reads
+// again; step 3 reads c, written just before, but c's last use is 3 and it was used at 2:
+// eligible, 100 B). Floors with every eligible input read remotely: 100, 200, 100, 100.
+TrainingGraph two_last_readers() {
+  return graph_of({100, 100, 100, 100},
+                  {{"A", {}, {0}}, {"B", {0}, {1}}, {"C", {0, 1}, {2}}, {"D", {2}, {3}}});
+}
+
+std::vector<Action> with_reads(const TrainingGraph& g, const RemoteReadChoice& choice,
+                               std::vector<Action> actions, const Mechanism& m) {
+  for (Action& a : remote_read_actions(g, choice, m)) actions.push_back(a);
+  return actions;
+}
+
+}  // namespace
+
+TEST_CASE("the floor with remote reads: each step less the inputs it reads last") {
+  TrainingGraph g = two_last_readers();
+  auto life = compute_lifetimes(g);
+  CHECK(remote_floor_bytes(g, life, {}) == std::vector<int64_t>{100, 200, 100, 100});
+}
+
+TEST_CASE("budget 250: step 2 reads a remotely; a leaves after step 1 and never comes back") {
+  TrainingGraph g = two_last_readers();
+  auto life = compute_lifetimes(g);
+  const Mechanism m = remote_link();
+  RemoteReadChoice choice = choose_remote_reads(g, life, 250, {}, m);
+  // Excess 50 at step 2: a or b alone covers it (100 B each); the lower id wins the tie.
+  REQUIRE(choice.reads.size() == 1);
+  CHECK(choice.reads[0].tensor == 0);
+  CHECK(choice.reads[0].step == 2);
+  CHECK(choice.planning_life[0].uses == std::vector<StepIndex>{0, 1});  // step 2 taken out
+  CHECK(choice.planning_life[0].last == 2);                             // the lifetime is not
+  CHECK(choice.extra_us == std::vector<double>{0, 0, 200, 0});          // 100 B at 0.5 B/us
+
+  SwapOptions o;
+  o.budget_bytes = 250;
+  std::vector<Action> planned = plan_swaps(g, choice.planning_life, {10, 10, 10, 10}, m, o);
+  // a's tail gap: evicted after its last use before step 2, ready before step 2; no prefetch.
+  REQUIRE(planned.size() == 1);
+  CHECK(planned[0].kind == ActionKind::evict);
+  CHECK(planned[0].tensor == 0);
+  CHECK(planned[0].after_step == 1);
+  CHECK(planned[0].ready_before_step == 2);
+  std::vector<Action> plan = with_reads(g, choice, planned, m);
+  REQUIRE(plan.size() == 2);
+  CHECK(plan[1].kind == ActionKind::read_remote);
+  CHECK(plan[1].after_step == 1);
+  CHECK(plan[1].ready_before_step == 2);
+  CHECK(remote_reads_off(g, life, plan));
+  // By the true lifetimes: step 2 holds b and c only.
+  CHECK(resident_bytes(g, life, plan) == std::vector<int64_t>{100, 200, 200, 200});
+  CHECK(verifier_accepts(g, life, plan, 250));
+
+  // The step's time holds the read (210 us). The eviction, issued when step 1 ends at 20 us,
+  // takes 100 us on the slow link: step 2 waits for it until 120 us, then ends at 330.
+  std::vector<double> times = {10, 10, 10 + choice.extra_us[2], 10};
+  SimResult sim = simulate(g, plan, times, m, DeviceProfile{});
+  CHECK(sim.stall_us == doctest::Approx(100));
+  CHECK(sim.step_time_us == doctest::Approx(340));
+}
+
+TEST_CASE("the least bytes that cover the excess, whichever inputs they are") {
+  // a 60, b 50, c 45, d 10: step 3 reads a, b and c for the last time and writes d.
+  TrainingGraph g = graph_of({60, 50, 45, 10}, {{"A", {}, {0}},
+                                                 {"B", {}, {1}},
+                                                 {"C", {}, {2}},
+                                                 {"D", {0, 1, 2}, {3}}});
+  auto life = compute_lifetimes(g);
+  auto chosen = [&](int64_t budget) {
+    std::vector<TensorId> ids;
+    for (const RemoteRead& r : choose_remote_reads(g, life, budget, {}, remote_link()).reads) {
+      CHECK(r.step == 3);
+      ids.push_back(r.tensor);
+    }
+    return ids;
+  };
+  // Step 3 holds 165 B. Excess 75 (budget 90): b + c = 95 is the least of the pairs that cover
+  // it (a + c 105, a + b 110); no one tensor does.
+  CHECK(chosen(90) == std::vector<TensorId>{1, 2});
+  // Excess 100 (budget 65): b + c = 95 falls short; a + c = 105.
+  CHECK(chosen(65) == std::vector<TensorId>{0, 2});
+  // Excess 40 (budget 125): c alone (45), the least that covers it.
+  CHECK(chosen(125) == std::vector<TensorId>{2});
+  // Nothing over: no reads.
+  CHECK(choose_remote_reads(g, life, 165, {}, remote_link()).empty());
+}
+
+TEST_CASE("what a step may not read remotely") {
+  // p: a parameter (persistent); a is read again after step 2; step 2 updates b in place.
+  TrainingGraph g;
+  g.add_tensor("p", TensorKind::parameter, DType::u8, {100});
+  g.add_tensor("a", TensorKind::activation, DType::u8, {100});
+  g.add_tensor("b", TensorKind::activation, DType::u8, {100});
+  add_step(g, "A", {0}, {1});
+  add_step(g, "B", {1}, {2});
+  add_step(g, "C", {0, 1, 2}, {2});
+  add_step(g, "D", {1}, {});
+  auto life = compute_lifetimes(g);
+  // Nothing at step 2 is eligible, so its floor is its whole working set.
+  CHECK(remote_floor_bytes(g, life, {})[2] == 300);
+  SUBCASE("a budget below it is refused, naming the step and the least budget") {
+    try {
+      choose_remote_reads(g, life, 250, {}, remote_link());
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::infeasible);
+      const std::string what = e.what();
+      CHECK(what.find("step 2") != std::string::npos);
+      CHECK(what.find("The smallest budget that works is 300 B") != std::string::npos);
+    }
+  }
+  SUBCASE("kinds that may not move are never read remotely") {
+    TrainingGraph h = two_last_readers();
+    auto hl = compute_lifetimes(h);
+    MovableKinds only_gradients;
+    only_gradients.bits = uint32_t(1) << unsigned(TensorKind::gradient);
+    CHECK(remote_floor_bytes(h, hl, only_gradients)[2] == 300);
+  }
+}
+
+TEST_CASE("no remote reads where every working set fits the budget") {
+  // five_steps at budget 200: steps 2 and 3 are over, but only by tensors they do not use (a);
+  // every working set fits (step 4's a, d and e: 200), so a moves by the usual pair.
+  TrainingGraph g = five_steps("Dropout");
+  auto life = compute_lifetimes(g);
+  CHECK(choose_remote_reads(g, life, 200, {}, remote_link()).empty());
+}
