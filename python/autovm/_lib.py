@@ -9,11 +9,12 @@ import os
 from . import locate
 from .errors import LibraryError, ToolNotFoundError
 
-API_VERSION = 3  # AUTOVM_API_VERSION of the header this binding follows
+API_VERSION = 4  # AUTOVM_API_VERSION of the header this binding follows
 
 TENSOR_KINDS = ("input", "label", "parameter", "buffer", "gradient", "optimizer_state",
                 "activation", "activation_grad", "workspace")
-ACTION_KINDS = ("evict", "prefetch", "discard", "recompute", "advise")
+# autovm_action_kind, by value: read_remote (5) is after the others, whose numbers stay.
+ACTION_KINDS = ("evict", "prefetch", "discard", "recompute", "advise", "read_remote")
 STATUS_NAMES = ("OK", "INVALID_ARGUMENT", "IO", "PLAN", "NOT_RESIDENT", "OUT_OF_MEMORY",
                 "BACKEND", "STATE")
 
@@ -71,7 +72,8 @@ class RuntimeStats(ctypes.Structure):
         ("late_prefetches", ctypes.c_int64), ("measured_waits", ctypes.c_int64),
         ("memory_bytes", ctypes.c_int64), ("unbound_actions", ctypes.c_int64),
         ("unbound_bytes", ctypes.c_int64), ("late_requires", ctypes.c_int64),
-        ("stale_prefetches", ctypes.c_int64)]
+        ("stale_prefetches", ctypes.c_int64), ("remote_reads", ctypes.c_int64),
+        ("remote_read_bytes", ctypes.c_int64)]
 
 
 BACKENDS = {"host": 0, "cuda": 1}
@@ -201,6 +203,9 @@ def read_plan(lib, path):
                           "workspace": si.workspace, "compute_us": si.compute_us})
         for a in range(n_a.value):
             lib.call("autovm_plan_action_info", handle, a, ctypes.byref(ai))
+            if not 0 <= ai.kind < len(ACTION_KINDS):  # a library newer than this binding
+                raise LibraryError(f"{path}: action {a} has kind {ai.kind}, which this binding "
+                                   f"does not know ({', '.join(ACTION_KINDS)})")
             actions.append({"kind": ACTION_KINDS[ai.kind], "tensor": ai.tensor,
                             "bytes": ai.bytes, "after_step": ai.after_step,
                             "ready_before_step": ai.ready_before_step,

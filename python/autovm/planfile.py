@@ -42,14 +42,16 @@ def resident_bytes(doc):
     (docs/execution-model.md, "The moment before a step"): the step's own, or the one before it,
     which holds the temporaries of its recompute chains (tensors made again after their
     lifetime ended) but not what the step allocates as it starts (its outputs whose lifetime
-    begins there and that it does not read, its workspace less steps[].reserve_bytes)."""
+    begins there and that it does not read, its workspace less steps[].reserve_bytes). A
+    read_remote action changes nothing: its tensor stays off at the step that reads it from
+    host memory (docs/execution-model.md, "Remote reads")."""
     steps = doc.get("steps", [])
     n = len(steps)
     off = [0] * (n + 1)
     persistent = {l["tensor"] for l in doc.get("lifetimes", []) if l.get("persistent")}
     temporary = [0] * n
     by_tensor = {}
-    for a in doc.get("actions", []):
+    for a in doc.get("actions", []):  # not advise or read_remote: neither changes residency
         if a.get("kind") in ("evict", "discard", "prefetch", "recompute"):
             by_tensor.setdefault(a["tensor"], []).append(a)
     for acts in by_tensor.values():
@@ -305,7 +307,14 @@ class Plan:
     def recompute(self):
         return bool(self.options.get("recompute", False))
 
+    @property
+    def remote_reads(self):
+        """The read_remote actions: steps that read a tensor where its evicted copy lies in host
+        memory (the runtime executes them; docs/execution-model.md, "Remote reads")."""
+        return [a for a in self.actions if a["kind"] == "read_remote"]
+
     def action_counts(self):
+        """{(action kind, tensor kind): count}, every kind (read_remote included)."""
         counts = {}
         for a in self.actions:
             key = (a["kind"], self.tensors[a["tensor"]]["kind"])

@@ -33,6 +33,12 @@ step <= pos has been enqueued on the compute stream):
               managed  the prefetch mechanism, by migration (cudaMemPrefetchAsync): a range
                        PyTorch freed and reused before the plan expected is moved, never
                        overwritten; 3-13 GB/s to the host on the H200 (BENCHMARKS.md).
+  remote    the plan's read_remote actions (a step reads a tensor where its evicted copy lies
+            in host memory) are the runtime's too: on vmm its host memory is mapped at the
+            tensor's own paged-out chunks for that step, on managed memory the range is advised
+            to stay on the host and be read from there (runtime/README.md, "Remote reads").
+            The kernels read the tensor at its address; require() finds it readable and
+            copies nothing back.
   recompute plan tensors the plan discards and recomputes are not bound: the adapter's own op
             replay (adapter.py) drops and remakes them, and the runtime's discard of them is
             skipped.

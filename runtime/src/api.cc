@@ -323,9 +323,12 @@ autovm_status autovm_runtime_create(const autovm_plan* plan, const autovm_runtim
                                           "or the mapped mechanism (managed memory keeps an "
                                           "evicted tensor's bytes in its range)");
     std::shared_ptr<const autovm::rt::Plan> laid_out = plan->plan;
+    // A remote read keeps its tensor's range at its step on the host backend (the host copy is
+    // put back there); the mapped mechanism reads it where its host copy is mapped instead.
+    const bool remote_in_place = kind == AUTOVM_BACKEND_HOST;
     if (can_pack && layout != AUTOVM_LAYOUT_PLAN)
-      laid_out = std::make_shared<const autovm::rt::Plan>(
-          autovm::rt::with_layout(p, autovm::rt::pack_by_residency(p)));
+      laid_out = std::make_shared<const autovm::rt::Plan>(autovm::rt::with_layout(
+          p, autovm::rt::pack_by_residency(p, 256, remote_in_place)));
     std::unique_ptr<autovm::rt::Backend> backend;
     if (kind == AUTOVM_BACKEND_HOST) {
       autovm::rt::HostBackendOptions host;

@@ -5,7 +5,9 @@
 // Calls come in the executor's order. Per training-step boundary: step_enqueued(s) once the
 // trainer has enqueued step s (s = -1: before step 0), then the actions issued after s. Per
 // tensor: evict_issue, then evict_complete; prefetch_issue, then prefetch_complete; discard, then
-// (maybe) recompute_prepare. At step_begin(s): the completions due before s, then waits_done(s).
+// (maybe) recompute_prepare; between an evict_complete and the next prefetch_issue (if any),
+// remote_read_prepare for each step that reads it remotely. At step_begin(s): the completions
+// due before s, then the remote reads of s, then waits_done(s).
 // `stream` is the trainer's compute stream (the CUDA backend records and waits on events against
 // it; the host backend ignores it). Failures throw rt::Error.
 #pragma once
@@ -73,6 +75,17 @@ class Backend {
   // A discarded tensor is about to be written again by a recomputation: its memory must be back
   // (its contents need not be) before the step.
   virtual void recompute_prepare(const Tensor&, void*) {}
+  // Step s reads t, which an evict has put on the host, remotely (docs/execution-model.md,
+  // "Remote reads"). Before s runs on `stream`, kernels must be able to read t's bytes, from
+  // host memory, with no page fault and no copy to the device, at t's own address, or at
+  // remote_address(t) while s runs where the backend cannot map its own; t's device memory
+  // stays released. The backend undoes what it did (if anything) once s no longer needs it,
+  // before a later prefetch of t (which must still work) and before t's range is freed or
+  // reused: its step_enqueued(s) is the first point where s is enqueued.
+  virtual void remote_read_prepare(const Tensor&, StepIndex, void*) {}
+  // Where a step reading t remotely finds it, when that is not t's own range (pointer(t)):
+  // nullptr when it is.
+  virtual void* remote_address(const Tensor&) { return nullptr; }
   // The trainer is about to read t on `stream`: wherever the backend has its bytes, they are
   // back in t's range before `stream` goes on (a late or wrong plan costs time, never a read of
   // memory that is not there). Backends whose moves keep the bytes addressable do nothing.
@@ -102,7 +115,10 @@ struct HostBackendOptions {
 };
 
 // The arena in host memory: evict copies to a per-tensor shadow buffer and poisons the arena
-// range with kPoison; prefetch copies back; discard poisons. With trainer memory it only counts.
+// range with kPoison; prefetch copies back; discard poisons; a remote read copies the shadow into
+// the range for its step and poisons it again at the next boundary (the arena packed by
+// residency keeps the range the tensor's at that step: residency_layout.h). With trainer memory
+// it only counts.
 std::unique_ptr<Backend> make_host_backend(const Plan& plan, const HostBackendOptions& options);
 
 inline constexpr unsigned char kPoison = 0xA5;

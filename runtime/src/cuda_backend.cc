@@ -37,6 +37,25 @@
 //             waits for them (DevicePool::hold); require() brings back one the trainer reads
 //             early.
 //
+//   remote    a read_remote at step s (docs/execution-model.md, "Remote reads"), at step_begin(s):
+//               managed (prefetch, staged; arena or trainer memory)  the evict migrated the
+//                         tensor to the host (staged too, for the tensors the plan reads
+//                         remotely: their bytes must stay in their pages); the range is advised
+//                         preferred location host and accessed by the device, so kernels read
+//                         it there over the link instead of faulting it back. Its preferred
+//                         location is restored before a prefetch of it, and after the last step
+//                         that reads it remotely, when the range also migrates back to the
+//                         device after that step (migration never changes a byte, so the
+//                         range's next tensor never races it).
+//               mapped, arena  the evict copies into host NUMA memory mapped into the
+//                         device's address space (HostNumaChunks, created with the backend),
+//                         and step s reads it there (remote_address): the arena is one mapping
+//                         (cuMemUnmap cannot unmap part of it), and its range, packed by
+//                         residency, is another tensor's at s.
+//               mapped, trainer memory  the copy out lands in host NUMA memory of the
+//                         tensor's own, which is mapped at its paged-out chunks for s
+//                         (trainer_paging.h): kernels read it at its own address.
+//
 // Streams: mapped copies each direction on its own stream (device memory reaches the link's
 // full duplex). Managed copies share one stream: on the H200, copies touching managed memory in
 // both directions at once did not overlap (52 GB/s in total) and one combination collapsed to
@@ -49,11 +68,15 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
+#include <memory>
 #include <string>
 
 #include "backend.h"
+#include "cuda_arena.h"
 #include "cuda_driver.h"
+#include "host_numa.h"
+#include "remote_advice.h"
+#include "stall_timer.h"
 #include "trainer_paging.h"
 
 namespace autovm::rt {
@@ -75,7 +98,8 @@ const char* name(autovm_mechanism m) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const Plan& plan, const CudaBackendOptions& options)
-      : options_(options), tensors_(plan.tensors.size()), plan_tensors_(plan.tensors) {
+      : options_(options), tensors_(plan.tensors.size()), plan_tensors_(plan.tensors),
+        advice_(plan.tensors.size(), options.device) {
     managed_ = options.mechanism != AUTOVM_MECHANISM_MAPPED;
     if (options.mode == AUTOVM_MODE_DEMAND_PAGING) {
       if (!managed_)
@@ -102,13 +126,7 @@ class CudaBackend final : public Backend {
         paging_ = std::make_unique<TrainerPaging>(*options_.pool, plan.tensors.size());
       }
       if (!options_.trainer_memory) {  // else only the ranges the trainer binds
-        arena_bytes_ = std::max<int64_t>(plan.memory_bytes(), 1);
-        check_fits();
-        if (managed_) {
-          allocate_managed();
-        } else {
-          allocate_mapped();
-        }
+        arena_ = std::make_unique<DeviceArena>(options_, std::max<int64_t>(plan.memory_bytes(), 1));
       }
       check(cudaStreamCreateWithFlags(&out_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
       if (managed_) {
@@ -118,6 +136,7 @@ class CudaBackend final : public Backend {
       }
       check(cudaEventCreateWithFlags(&step_event_, cudaEventDisableTiming), "cudaEventCreate");
       stats_.by_step_us.assign(plan.steps.size(), 0.0);
+      if (options_.mode == AUTOVM_MODE_PLAN) plan_remote_reads(plan);
       allocate_shadows(plan);
     } catch (...) {
       release();  // what was allocated before the failure
@@ -137,6 +156,7 @@ class CudaBackend final : public Backend {
     if (!paging_) return;
     try {
       copy_back_away();
+      for (TensorId t : paging_->lent()) give_back(plan_tensors_[static_cast<size_t>(t)]);
       cudaStreamSynchronize(in_stream_);
     } catch (...) {
     }
@@ -157,28 +177,20 @@ class CudaBackend final : public Backend {
     if (out_stream_) cudaStreamSynchronize(out_stream_);
     if (in_stream_ && in_stream_ != out_stream_) cudaStreamSynchronize(in_stream_);
     paging_.reset();  // its holds name the events destroyed below
+    host_.clear();
     for (auto& t : tensors_) {
       if (t.evicted) cudaEventDestroy(t.evicted);
       if (t.ready) cudaEventDestroy(t.ready);
+      if (t.lent_back) cudaEventDestroy(t.lent_back);
     }
-    for (auto& w : pending_) {
-      cudaEventDestroy(w.before);
-      cudaEventDestroy(w.after);
-    }
-    for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
     if (step_event_) cudaEventDestroy(step_event_);
     if (in_stream_ && in_stream_ != out_stream_) cudaStreamDestroy(in_stream_);
     if (out_stream_) cudaStreamDestroy(out_stream_);
     if (pinned_) cudaFreeHost(pinned_);
-    if (managed_ && arena_) cudaFree(arena_);
-    if (!managed_ && mapped_base_) {
-      vmm_.unmap(mapped_base_, mapped_bytes_);
-      vmm_.release(mapped_handle_);
-      vmm_.address_free(mapped_base_, mapped_bytes_);
-    }
+    arena_.reset();
   }
 
-  void* at(int64_t offset) override { return arena_ ? arena_ + offset : nullptr; }
+  void* at(int64_t offset) override { return arena_ ? arena_->base() + offset : nullptr; }
 
   // The trainer's own range: managed memory for the managed mechanisms (the driver moves and
   // discards it), managed or device memory for mapped (the copy engine moves it).
@@ -199,32 +211,55 @@ class CudaBackend final : public Backend {
     if (paging_) {
       // A binding ends with the tensor's lifetime: one still away comes back first, so the
       // trainer never keeps a range whose pages are gone.
-      if (Backend::bound(t) && paging_->away(t)) copy_back(t);
-      if (p != nullptr)
+      // One whose host memory is mapped in its range (its last use read it remotely) keeps it
+      // there, lent: its bytes stay readable where the trainer has them.
+      if (Backend::bound(t) && paging_->away(t) && !(p == nullptr && paging_->readable(t)))
+        copy_back(t);
+      if (p != nullptr) {
         for (TensorId other : paging_->away_overlapping(p, static_cast<uint64_t>(t.bytes)))
           copy_back(plan_tensors_[static_cast<size_t>(other)]);
+        for (TensorId other : paging_->lent_overlapping(p, static_cast<uint64_t>(t.bytes)))
+          give_back(plan_tensors_[static_cast<size_t>(other)]);
+      }
       paging_->bind(t, p);
     }
     Backend::bind(t, p);
   }
   bool has_memory() const override { return true; }
 
-  void step_enqueued(StepIndex, void* stream) override {
+  void step_enqueued(StepIndex s, void* stream) override {
     check(cudaEventRecord(step_event_, as_stream(stream)), "cudaEventRecord (step)");
     out_waited_ = in_waited_ = false;
+    for (const Tensor* t : reading_) {  // the remote reads of step s, now enqueued
+      if (paging_) {
+        paging_->remote_done(*t, as_stream(stream));
+      } else if (managed_ && last_remote_[static_cast<size_t>(t->id)] == s) {
+        unadvise(*t);
+        // Back to the device, after s, for the range's next tensor (bytes unchanged).
+        wait_for_step(in_stream_);
+        check(cudaMemPrefetchAsync(pointer(*t), static_cast<size_t>(t->bytes), device_location(),
+                                   0, in_stream_),
+              "cudaMemPrefetchAsync to the device of '" + t->name + "' after its remote read");
+        record(state(*t).ready, in_stream_, *t);
+      }
+    }
+    reading_.clear();
     if (paging_) paging_->poll();
   }
 
   void evict_issue(const Tensor& t, void*) override {
     wait_for_step(out_stream_);
     State& st = state(t);
+    if (paging_ && st.remote) give_back(t);  // its host memory, before it is written again
     switch (options_.mechanism) {
       case AUTOVM_MECHANISM_PREFETCH:
-        check(cudaMemPrefetchAsync(pointer(t), static_cast<size_t>(t.bytes), host_location(), 0,
-                                   out_stream_),
-              "cudaMemPrefetchAsync to the host of '" + t.name + "'");
+        migrate(t, host_location(), out_stream_, "to the host");
         break;
       case AUTOVM_MECHANISM_STAGED:
+        if (st.remote) {  // read remotely later: its bytes stay in its pages, on the host
+          migrate(t, host_location(), out_stream_, "to the host");
+          break;
+        }
         copy(shadow(t), pointer(t), t, out_stream_, "to the host");
         discard_blocks(t, out_stream_);
         break;
@@ -260,13 +295,16 @@ class CudaBackend final : public Backend {
       bring_back(t);
       return;
     }
+    unadvise(t);
     switch (options_.mechanism) {
       case AUTOVM_MECHANISM_PREFETCH:
-        check(cudaMemPrefetchAsync(pointer(t), static_cast<size_t>(t.bytes), device_location(),
-                                   0, in_stream_),
-              "cudaMemPrefetchAsync to the device of '" + t.name + "'");
+        migrate(t, device_location(), in_stream_, "to the device");
         break;
       case AUTOVM_MECHANISM_STAGED:
+        if (st.remote) {  // evicted by migration
+          migrate(t, device_location(), in_stream_, "to the device");
+          break;
+        }
         discard_and_prefetch_blocks(t, in_stream_);
         copy(pointer(t), shadow(t), t, in_stream_, "to the device");
         break;
@@ -304,9 +342,7 @@ class CudaBackend final : public Backend {
     if (st.evicted && in_stream_ != out_stream_)
       check(cudaStreamWaitEvent(in_stream_, st.evicted, 0), "cudaStreamWaitEvent (discarded)");
     if (options_.trainer_memory) {
-      check(cudaMemPrefetchAsync(pointer(t), static_cast<size_t>(t.bytes), device_location(), 0,
-                                 in_stream_),
-            "cudaMemPrefetchAsync to the device of '" + t.name + "'");
+      migrate(t, device_location(), in_stream_, "to the device");
     } else {
       discard_and_prefetch_blocks(t, in_stream_);
     }
@@ -317,6 +353,7 @@ class CudaBackend final : public Backend {
   void require(const Tensor& t, void* stream) override {
     if (!paging_) return;
     State& st = state(t);
+    if (paging_->readable(t)) return;  // read remotely in place: its bytes are there
     if (paging_->away(t)) {
       copy_back(t);
     } else if (!st.copying_in) {
@@ -327,23 +364,41 @@ class CudaBackend final : public Backend {
     st.copying_in = false;
   }
 
-  void waits_done(StepIndex s, void* stream) override {
-    if (wait_open_) {
-      cudaEvent_t after = timing_event();
-      check(cudaEventRecord(after, as_stream(stream)), "cudaEventRecord (after waits)");
-      pending_.push_back(Wait{s, wait_before_, after});
-      wait_open_ = false;
+  void remote_read_prepare(const Tensor& t, StepIndex, void* stream) override {
+    if (paging_) {
+      switch (paging_->map_remote(t, as_stream(stream))) {
+        case TrainerPaging::RemoteRead::kMapped: reading_.push_back(&t); break;
+        case TrainerPaging::RemoteRead::kLocal: break;
+        case TrainerPaging::RemoteRead::kBack:  // its pages could not all map its host memory
+          copy_back(t);
+          wait_ready(state(t).ready, stream);
+          state(t).copying_in = false;
+          break;
+      }
+      return;
     }
-    harvest(false);
+    if (!managed_) return;  // the mapped arena: remote_address() is where its copy lies
+    advise(t);
+    reading_.push_back(&t);
+  }
+
+  void* remote_address(const Tensor& t) override {
+    const auto i = static_cast<size_t>(t.id);
+    return i < host_.size() && host_[i] ? host_[i]->base() : nullptr;
+  }
+
+  void waits_done(StepIndex s, void* stream) override {
+    timer_.close(s, as_stream(stream));
+    timer_.harvest(stats_, false);
   }
 
   const BackendStats& stats() override {
-    harvest(true);
+    timer_.harvest(stats_, true);
     return stats_;
   }
 
   void reset_stats() override {
-    harvest(true);
+    timer_.harvest(stats_, true);
     const size_t steps = stats_.by_step_us.size();
     stats_ = BackendStats{};
     stats_.by_step_us.assign(steps, 0.0);
@@ -353,12 +408,10 @@ class CudaBackend final : public Backend {
   struct State {
     cudaEvent_t evicted = nullptr;  // recorded after the tensor's last evict or discard
     cudaEvent_t ready = nullptr;    // recorded after its last prefetch
+    cudaEvent_t lent_back = nullptr;  // trainer paging: after its host memory's copy back
     int64_t shadow_offset = -1;     // in the pinned buffer; -1: none
     bool copying_in = false;        // trainer paging: a copy back not yet waited for
-  };
-  struct Wait {
-    StepIndex step;
-    cudaEvent_t before, after;
+    bool remote = false;            // some step reads it remotely (mode PLAN)
   };
 
   static cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
@@ -398,72 +451,6 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // Never ask for more device memory than is free (less the margin): on a shared GPU,
-  // oversubscribed managed memory can hang the device for everyone.
-  void check_fits() const {
-    size_t free = 0, total = 0;
-    check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
-    const int64_t usable = static_cast<int64_t>(free) - options_.free_margin_bytes;
-    if (arena_bytes_ <= usable) return;
-    if (managed_ && options_.allow_oversubscribe) return;
-    throw Error(AUTOVM_ERR_OUT_OF_MEMORY,
-                std::string("the plan's arena of ") + gib(arena_bytes_) + " does not fit the " +
-                    gib(static_cast<int64_t>(free)) + " free on CUDA device " +
-                    std::to_string(options_.device) + " less the margin of " +
-                    gib(options_.free_margin_bytes) +
-                    (managed_ ? "; plan for a smaller arena, or set allow_oversubscribe if this "
-                                "GPU is yours alone"
-                              : "; plan for a smaller arena"));
-  }
-
-  void allocate_managed() {
-    void* p = nullptr;
-    check(cudaMallocManaged(&p, static_cast<size_t>(arena_bytes_), cudaMemAttachGlobal),
-          "cudaMallocManaged of the arena (" + gib(arena_bytes_) + ")");
-    arena_ = static_cast<char*>(p);
-    // Memory advice, where it helps (tools/bench/staged_in.cu, BENCHMARKS.md): the copy engine
-    // writing managed pages that are not on the device faults them in one by one (0.5-0.8
-    // GB/s), and cudaMemDiscardAndPrefetchBatchAsync does not always leave a discarded range
-    // mapped on the device (the staged way back then collapsed to 0.7-1.3 GB/s from 256 MiB
-    // up). AccessedBy(device) keeps the device's mapping: the way back stays at the copy
-    // engine's speed. Only for staged: under prefetch and demand paging it would turn the
-    // driver's migrations into remote accesses over the link.
-    if (options_.mechanism == AUTOVM_MECHANISM_STAGED && options_.mode == AUTOVM_MODE_PLAN &&
-        options_.advise_accessed_by)
-      check(cudaMemAdvise(arena_, static_cast<size_t>(arena_bytes_), cudaMemAdviseSetAccessedBy,
-                          device_location()),
-            "cudaMemAdvise(SetAccessedBy) of the arena");
-    check(cudaMemPrefetchAsync(arena_, static_cast<size_t>(arena_bytes_), device_location(), 0,
-                               nullptr),
-          "cudaMemPrefetchAsync of the arena");
-    check(cudaMemset(arena_, 0, static_cast<size_t>(arena_bytes_)), "cudaMemset of the arena");
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  }
-
-  void allocate_mapped() {
-    vmm_ = Vmm::load();
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = options_.device;
-    size_t granularity = 0;
-    check(vmm_.granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
-          "cuMemGetAllocationGranularity");
-    const auto g = static_cast<int64_t>(granularity);
-    mapped_bytes_ = static_cast<size_t>((arena_bytes_ + g - 1) / g * g);
-    check(vmm_.reserve(&mapped_base_, mapped_bytes_, granularity, 0, 0), "cuMemAddressReserve");
-    check(vmm_.create(&mapped_handle_, mapped_bytes_, &prop, 0),
-          "cuMemCreate of the arena (" + gib(static_cast<int64_t>(mapped_bytes_)) + ")");
-    check(vmm_.map(mapped_base_, mapped_bytes_, 0, mapped_handle_, 0), "cuMemMap");
-    CUmemAccessDesc access{};
-    access.location = prop.location;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    check(vmm_.set_access(mapped_base_, mapped_bytes_, &access, 1), "cuMemSetAccess");
-    arena_ = reinterpret_cast<char*>(mapped_base_);
-    check(cudaMemset(arena_, 0, mapped_bytes_), "cudaMemset of the arena");
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  }
-
   // Trainer paging: the pages of t come back (or never went) and its bytes are copied back on
   // the in stream after its copy out, unless the trainer freed it; records t's ready event.
   void bring_back(const Tensor& t) {
@@ -501,9 +488,61 @@ class CudaBackend final : public Backend {
     bring_back(t);
   }
 
+  // Remote reads (mode PLAN): which tensors, and the host memory they are read from where the
+  // backend copies them (mapped). Created here, once: pinning host memory is slow.
+  void plan_remote_reads(const Plan& plan) {
+    const std::vector<bool> remote = read_remotely(plan);
+    host_.resize(plan.tensors.size());
+    for (const Tensor& t : plan.tensors) state(t).remote = remote[static_cast<size_t>(t.id)];
+    last_remote_ = last_remote_reads(plan);
+    if (managed_) return;
+    vmm_ = Vmm::load();
+    for (const Tensor& t : plan.tensors) {
+      if (!remote[static_cast<size_t>(t.id)]) continue;
+      const std::string what = "the remote reads of '" + t.name + "'";
+      if (paging_) {
+        const int64_t chunk = options_.pool->chunk_bytes();
+        paging_->add_remote(t, std::make_unique<HostNumaChunks>(vmm_, options_.device,
+                                                                t.bytes + chunk, chunk, what));
+      } else {
+        host_[static_cast<size_t>(t.id)] =
+            std::make_unique<HostNumaChunks>(vmm_, options_.device, t.bytes, 0, what);
+      }
+    }
+  }
+
+  // Managed memory: migration of the tensor's range (bytes unchanged).
+  void migrate(const Tensor& t, cudaMemLocation to, cudaStream_t stream, const char* way) {
+    check(cudaMemPrefetchAsync(pointer(t), static_cast<size_t>(t.bytes), to, 0, stream),
+          std::string("cudaMemPrefetchAsync ") + way + " of '" + t.name + "'");
+  }
+
+  // Managed memory, a remote read (remote_advice.h).
+  void advise(const Tensor& t) { advice_.advise(static_cast<size_t>(t.id), pointer(t), t.bytes, t.name); }
+  void unadvise(const Tensor& t) {
+    advice_.restore(static_cast<size_t>(t.id), pointer(t), t.bytes, t.name);
+  }
+
+  // Trainer paging: t's host memory back from the range it is lent to (trainer_paging.h),
+  // before it is written again: the bytes go to that range first, and later copies out wait.
+  void give_back(const Tensor& t) {
+    const auto lent = paging_->take_back(t);
+    if (!lent) return;
+    check(cudaMemcpyAsync(reinterpret_cast<void*>(lent->address), lent->from,
+                          static_cast<size_t>(lent->bytes), cudaMemcpyDefault, in_stream_),
+          "cudaMemcpyAsync of '" + t.name + "' back into the range it was read remotely in");
+    State& st = state(t);
+    record(st.lent_back, in_stream_, t);
+    paging_->hold(lent->live, st.lent_back);
+    if (in_stream_ != out_stream_)
+      check(cudaStreamWaitEvent(out_stream_, st.lent_back, 0), "cudaStreamWaitEvent (lent back)");
+  }
+
   // One pinned host buffer with a slot per tensor the plan moves through the copy engine
   // (staged, mapped): every evicted tensor, and the persistent ones kept on the host; with
   // trainer paging the discarded ones too (the trainer's bytes are copied out, never dropped).
+  // Not those read remotely: their host memory is host_ (mapped), their own (trainer paging),
+  // or their pages (staged: migration).
   void allocate_shadows(const Plan& plan) {
     if (options_.mechanism == AUTOVM_MECHANISM_PREFETCH || options_.mode != AUTOVM_MODE_PLAN)
       return;
@@ -515,7 +554,7 @@ class CudaBackend final : public Backend {
       if (t.starts_on_host) moved[static_cast<size_t>(t.id)] = true;
     int64_t total = 0;
     for (const Tensor& t : plan.tensors) {
-      if (!moved[static_cast<size_t>(t.id)]) continue;
+      if (!moved[static_cast<size_t>(t.id)] || state(t).remote) continue;
       state(t).shadow_offset = total;
       total += (t.bytes + kPinnedAlignment - 1) / kPinnedAlignment * kPinnedAlignment;
     }
@@ -527,6 +566,10 @@ class CudaBackend final : public Backend {
   }
 
   char* shadow(const Tensor& t) {
+    if (state(t).remote) {
+      if (paging_) return paging_->staging(t);
+      if (host_[static_cast<size_t>(t.id)]) return host_[static_cast<size_t>(t.id)]->base();
+    }
     const int64_t offset = state(t).shadow_offset;
     if (offset < 0 || pinned_ == nullptr)
       throw Error(AUTOVM_ERR_BACKEND, "tensor '" + t.name + "' has no host buffer");
@@ -585,61 +628,13 @@ class CudaBackend final : public Backend {
   }
 
   // The compute stream waits for `event` (timed with the other waits before this step).
-  void wait_ready(cudaEvent_t event, void* stream) {
-    if (!event) return;
-    if (!wait_open_) {
-      wait_before_ = timing_event();
-      check(cudaEventRecord(wait_before_, as_stream(stream)), "cudaEventRecord (before waits)");
-      wait_open_ = true;
-    }
-    check(cudaStreamWaitEvent(as_stream(stream), event, 0), "cudaStreamWaitEvent");
-  }
-
-  cudaEvent_t timing_event() {
-    if (!spare_events_.empty()) {
-      cudaEvent_t e = spare_events_.back();
-      spare_events_.pop_back();
-      return e;
-    }
-    cudaEvent_t e = nullptr;
-    check(cudaEventCreate(&e), "cudaEventCreate");
-    return e;
-  }
-
-  // Reads the timings of the waits whose events have completed, oldest first; with `all`,
-  // waits for the rest.
-  void harvest(bool all) {
-    while (!pending_.empty()) {
-      Wait& w = pending_.front();
-      if (all) {
-        check(cudaEventSynchronize(w.after), "cudaEventSynchronize");
-      } else {
-        const cudaError_t s = cudaEventQuery(w.after);
-        if (s == cudaErrorNotReady) return;
-        check(s, "cudaEventQuery");
-      }
-      float ms = 0;
-      check(cudaEventElapsedTime(&ms, w.before, w.after), "cudaEventElapsedTime");
-      const double us = 1000.0 * ms;
-      stats_.by_step_us[static_cast<size_t>(w.step)] += us;
-      stats_.total_us += us;
-      ++stats_.measured;
-      if (us > kLateUs) ++stats_.late;
-      spare_events_.push_back(w.before);
-      spare_events_.push_back(w.after);
-      pending_.pop_front();
-    }
-  }
+  void wait_ready(cudaEvent_t event, void* stream) { timer_.wait(event, as_stream(stream)); }
 
   CudaBackendOptions options_;
   bool managed_ = true;
-  int64_t arena_bytes_ = 0;
-  char* arena_ = nullptr;
+  std::unique_ptr<DeviceArena> arena_;  // runtime memory
   char* pinned_ = nullptr;
   Vmm vmm_;
-  CUdeviceptr mapped_base_ = 0;
-  size_t mapped_bytes_ = 0;
-  CUmemGenericAllocationHandle mapped_handle_ = 0;
   std::unique_ptr<TrainerPaging> paging_;  // trainer memory on a vmm pool
 
   cudaStream_t out_stream_ = nullptr, in_stream_ = nullptr;
@@ -648,11 +643,15 @@ class CudaBackend final : public Backend {
   std::vector<State> tensors_;
   std::vector<Tensor> plan_tensors_;  // the plan's, for restore_trainer_memory
 
-  bool wait_open_ = false;
-  cudaEvent_t wait_before_ = nullptr;
-  std::deque<Wait> pending_;
-  std::vector<cudaEvent_t> spare_events_;
+  StallTimer timer_;
   BackendStats stats_;  // stalls of the waits harvested so far, and trainer paging's counts
+  // Remote reads (mode PLAN): the mapped arena's host copies ([tensor], nullptr: none), the
+  // step after which each tensor's host copy serves nothing (last_remote_reads, plan.h), and
+  // the tensors the running step reads remotely.
+  std::vector<std::unique_ptr<HostNumaChunks>> host_;
+  std::vector<StepIndex> last_remote_;
+  RemoteAdvice advice_;
+  std::vector<const Tensor*> reading_;
 };
 
 }  // namespace

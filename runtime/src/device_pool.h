@@ -59,8 +59,25 @@ class DevicePool {
   virtual int64_t page_out(const Live& a, uintptr_t address, uint64_t bytes) = 0;
   // Maps again the chunks of [address, address + bytes) that have no memory; false (nothing
   // done) when allocation `serial` is gone. Throws AUTOVM_ERR_OUT_OF_MEMORY when the device
-  // has no memory for them (the capacity does not refuse: the range is the trainer's).
+  // has no memory for them (the capacity does not refuse: the range is the trainer's). Chunks
+  // of the range that map host memory (map_host) are unmapped first: the caller guarantees
+  // that no queued work reads them.
   virtual bool page_in(const Live& a, uintptr_t address, uint64_t bytes) = 0;
+  // Remote reads (docs/execution-model.md, "Remote reads"): maps host memory at the paged-out
+  // chunks of [address, address + bytes) of allocation `a`, so that kernels read the tensor
+  // there, at its own address, over the link. handles[k] (CUmemGenericAllocationHandle of
+  // chunk_bytes() of host memory, HostNumaChunks) goes to the k-th chunk from the one holding
+  // `address`; `count` of them. Returns the bytes mapped (0 when `a` is gone or nothing is
+  // paged out). A chunk mapping host memory holds no device memory: it counts in neither
+  // resident_bytes nor in_use_bytes. It stays mapped until page_in, or, once `a` is freed,
+  // until the device has passed the free (as for unused chunks); an allocation never uses
+  // such a chunk of another one: one that reaches it maps device memory there first. The
+  // caller keeps the handles alive while they may be mapped (a released handle's memory lives
+  // until its last mapping goes).
+  virtual int64_t map_host(const Live& a, uintptr_t address, uint64_t bytes,
+                           const uint64_t* handles, size_t count) = 0;
+  // The unit of memory a vmm pool maps (0 for a managed pool).
+  virtual int64_t chunk_bytes() const = 0;
   // Work on another stream uses allocation `a` until `event` (a cudaEvent_t of `owner`)
   // completes: when the trainer frees it, the freeing stream first waits for the event's latest
   // record. A hold lasts until the allocation is freed or its owner drops it.

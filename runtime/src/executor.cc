@@ -33,6 +33,7 @@ Executor::Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> ba
   const auto n = static_cast<size_t>(plan_->step_count());
   issued_after_.resize(n + 1);
   due_before_.resize(n + 1);
+  remote_at_.resize(n);
   present_at_.resize(n);
   allocated_at_.resize(n);
   freed_after_.resize(n);
@@ -44,6 +45,10 @@ Executor::Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> ba
       const Tensor& t = plan_->tensors[static_cast<size_t>(a.tensor)];
       if (is_chain_temporary(a, t))  // freed after its one step
         freed_after_[static_cast<size_t>(a.ready_before_step)].push_back(a.tensor);
+      continue;
+    }
+    if (a.kind == AUTOVM_ACTION_READ_REMOTE) {  // at step_begin(ready_before_step)
+      remote_at_[static_cast<size_t>(a.ready_before_step)].push_back(i);
       continue;
     }
     issued_after_[static_cast<size_t>(a.after_step + 1)].push_back(i);
@@ -73,6 +78,7 @@ Executor::Executor(std::shared_ptr<const Plan> plan, std::unique_ptr<Backend> ba
     });
   state_.assign(plan_->tensors.size(), AUTOVM_RESIDENCY_UNALLOCATED);
   unmoved_.assign(plan_->tensors.size(), false);
+  remote_now_.assign(plan_->tensors.size(), false);
   temporary_offset_.assign(plan_->tensors.size(), kNoTemporary);
   for (const Tensor& t : plan_->tensors) {
     if (t.persistent) {
@@ -151,7 +157,8 @@ void Executor::issue(StepIndex after_step, void* stream) {
         ++stats_.discards;
         break;
       case AUTOVM_ACTION_ADVISE: ++stats_.advises; break;
-      case AUTOVM_ACTION_RECOMPUTE: break;  // scheduled by ready_before_step
+      case AUTOVM_ACTION_RECOMPUTE:
+      case AUTOVM_ACTION_READ_REMOTE: break;  // scheduled by ready_before_step
     }
     (void)now;
   }
@@ -195,6 +202,20 @@ void Executor::complete(StepIndex before_step, void* stream) {
   }
 }
 
+void Executor::read_remotely(StepIndex s, void* stream) {
+  for (size_t i : remote_at_[static_cast<size_t>(s)]) {
+    const Action& a = plan_->actions[i];
+    const Tensor& t = tensor(a.tensor);
+    ++stats_.remote_reads;
+    stats_.remote_read_bytes += a.bytes;
+    if (residency(t.id) != AUTOVM_RESIDENCY_ON_HOST) continue;  // the plan checked: not met
+    remote_now_[static_cast<size_t>(t.id)] = true;
+    // Unmoved (trainer memory): its eviction was skipped, its bytes stayed: a local read.
+    if (mode_ == AUTOVM_MODE_PLAN && !unmoved_[static_cast<size_t>(t.id)])
+      backend_->remote_read_prepare(t, s, stream);
+  }
+}
+
 void Executor::step_begin(StepIndex s, void* stream) {
   const StepIndex n = plan_->step_count();
   if (running_)
@@ -224,6 +245,7 @@ void Executor::step_begin(StepIndex s, void* stream) {
   chain_temporary_bytes_ = 0;
   for (TensorId t : present_at_[static_cast<size_t>(s)]) set_state(t, AUTOVM_RESIDENCY_RESIDENT);
   complete(s, stream);
+  read_remotely(s, stream);
   const int64_t before = stats_.resident_bytes;
   for (TensorId t : allocated_at_[static_cast<size_t>(s)]) set_state(t, AUTOVM_RESIDENCY_RESIDENT);
   backend_->waits_done(s, stream);
@@ -252,6 +274,8 @@ void Executor::step_end(StepIndex s, void* stream) {
                     (running_ ? "; step " + std::to_string(*running_) + " is running"
                               : "; no step is running"));
   backend_->step_enqueued(s, stream);
+  for (size_t i : remote_at_[static_cast<size_t>(s)])
+    remote_now_[static_cast<size_t>(plan_->actions[i].tensor)] = false;
   issue(s, stream);
   if (s == n - 1) complete(n, stream);
   for (TensorId t : freed_after_[static_cast<size_t>(s)]) {
@@ -278,6 +302,7 @@ void Executor::touch(StepIndex s, TensorId id) {
                                       "; touch tensors between step_begin and step_end");
   const autovm_residency now = residency(id);
   if (now == AUTOVM_RESIDENCY_RESIDENT) return;
+  if (now == AUTOVM_RESIDENCY_ON_HOST && remote_now_[static_cast<size_t>(id)]) return;  // read remotely
   ++stats_.violations;
   if (!strict_) return;
   const Tensor& t = tensor(id);

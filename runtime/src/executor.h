@@ -6,6 +6,8 @@
 //                  allocate tensors whose lifetime starts at s (UNALLOCATED -> RESIDENT)
 //                  complete actions due before s: evict EVICTING -> ON_HOST,
 //                  prefetch PREFETCHING -> RESIDENT, recompute DISCARDED -> RESIDENT
+//                  remote reads at s: the tensor stays ON_HOST (counted nowhere) and the backend
+//                  makes its host copy readable for s (Backend::remote_read_prepare)
 //                  check the resident bytes against the budget
 //   step_end(s):   issue actions with after_step s: evict RESIDENT -> EVICTING,
 //                  prefetch ON_HOST -> PREFETCHING, discard RESIDENT -> DISCARDED
@@ -13,8 +15,13 @@
 //                  free tensors whose lifetime ends at s (-> UNALLOCATED; not persistent ones)
 //
 // Modes (autovm_mode): PLAN follows every action; DEMAND_PAGING follows them too but never asks
-// the backend to prefetch (the tensor counts as resident again at the same points: its pages
-// fault back when touched); RESIDENT ignores every action and the budget.
+// the backend to prefetch or to read remotely (the tensor counts as resident again at the same
+// points: its pages fault back when touched); RESIDENT ignores every action and the budget.
+//
+// A remote read at step s (AUTOVM_ACTION_READ_REMOTE) changes no state: s may touch the tensor
+// though it is ON_HOST, and pointer() is where the backend has it readable during s. It reaches
+// the backend only when the tensor's eviction did (not unmoved, below): else its bytes stayed
+// where they were, and the read is local.
 //
 // Trainer memory (AUTOVM_MEMORY_TRAINER): an evict, prefetch, discard or initial offload of a
 // tensor the trainer has not bound is skipped (never reaches the backend) and counted; the
@@ -51,10 +58,15 @@ class Executor {
   // otherwise.
   void touch(StepIndex s, TensorId t);
 
-  // A chain temporary lies at Action::temporary_offset from the arena's end while it exists.
+  // A chain temporary lies at Action::temporary_offset from the arena's end while it exists; a
+  // tensor read remotely by the running step, where the backend has it readable
+  // (Backend::remote_address), if not in its own range.
   void* pointer(TensorId t) {
     const int64_t temp = temporary_offset_[static_cast<size_t>(t)];
-    return temp != kNoTemporary ? backend_->at(plan_->arena_bytes + temp) : backend_->pointer(tensor(t));
+    if (temp != kNoTemporary) return backend_->at(plan_->arena_bytes + temp);
+    if (remote_now_[static_cast<size_t>(t)])
+      if (void* p = backend_->remote_address(tensor(t))) return p;
+    return backend_->pointer(tensor(t));
   }
   // The trainer's own memory for tensor t (nullptr: back to the arena, or unbound). Only while
   // its bytes are where the trainer left them (resident, outside its lifetime, or unmoved);
@@ -82,6 +94,8 @@ class Executor {
   void set_unmoved(TensorId t, bool unmoved);
   void issue(StepIndex after_step, void* stream);
   void complete(StepIndex before_step, void* stream);
+  // The remote reads of step s, after the completions due before it.
+  void read_remotely(StepIndex s, void* stream);
   std::string step_label(StepIndex s) const;
 
   std::shared_ptr<const Plan> plan_;
@@ -93,12 +107,14 @@ class Executor {
 
   // The schedule, by step: [after_step + 1], [ready_before_step] (n: by the end), [first], [last].
   std::vector<std::vector<size_t>> issued_after_, due_before_;
+  std::vector<std::vector<size_t>> remote_at_;  // [step] its read_remote actions
   // [step] tensors whose lifetime starts there: there before the step (an input, say), or
   // allocated by the step as it starts (allocated_by_its_step, plan.h).
   std::vector<std::vector<TensorId>> present_at_, allocated_at_, freed_after_;
 
   std::vector<autovm_residency> state_;  // [tensor]
   std::vector<bool> unmoved_;            // [tensor] trainer memory: its last move was skipped
+  std::vector<bool> remote_now_;         // [tensor] read remotely by the running step
   int64_t chain_temporary_bytes_ = 0;  // of the chains before the running step
   std::vector<int64_t> temporary_offset_;  // [tensor] while it is a chain temporary; else kNoTemporary
   std::optional<StepIndex> running_;     // between step_begin and step_end

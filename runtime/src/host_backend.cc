@@ -56,6 +56,22 @@ class HostBackend final : public Backend {
   }
   void discard(const Tensor& t, void*) override { poison(t); }
 
+  // The shadow's bytes in the range for step s; the range goes back to poison at step_end(s).
+  void remote_read_prepare(const Tensor& t, StepIndex, void*) override {
+    if (trainer_memory_) return;
+    void* to = pointer(t);
+    if (!to) return;
+    const std::vector<unsigned char>& shadow = shadow_[static_cast<size_t>(t.id)];
+    if (shadow.size() != static_cast<size_t>(t.bytes))  // the plan checked: evict comes first
+      throw Error(AUTOVM_ERR_BACKEND, "remote read of '" + t.name + "' finds no evicted copy");
+    std::memcpy(to, shadow.data(), shadow.size());
+    remote_.push_back(&t);
+  }
+  void step_enqueued(StepIndex, void*) override {
+    for (const Tensor* t : remote_) poison(*t);
+    remote_.clear();
+  }
+
  private:
   void poison(const Tensor& t) {
     if (trainer_memory_) return;
@@ -64,6 +80,7 @@ class HostBackend final : public Backend {
 
   std::unique_ptr<unsigned char[], ArenaDeleter> arena_;
   std::vector<std::vector<unsigned char>> shadow_;  // [tensor] its bytes while evicted
+  std::vector<const Tensor*> remote_;  // read remotely by the step running: poisoned after it
   bool trainer_memory_;
 };
 

@@ -21,6 +21,7 @@ const char* name(autovm_action_kind kind) {
     case AUTOVM_ACTION_DISCARD: return "discard";
     case AUTOVM_ACTION_RECOMPUTE: return "recompute";
     case AUTOVM_ACTION_ADVISE: return "advise";
+    case AUTOVM_ACTION_READ_REMOTE: return "read_remote";
   }
   return "?";
 }
@@ -111,9 +112,10 @@ autovm_tensor_kind tensor_kind(const Reader& r, const std::string& where, const 
 
 autovm_action_kind action_kind(const Reader& r, const std::string& where, const std::string& s) {
   for (auto k : {AUTOVM_ACTION_EVICT, AUTOVM_ACTION_PREFETCH, AUTOVM_ACTION_DISCARD,
-                 AUTOVM_ACTION_RECOMPUTE, AUTOVM_ACTION_ADVISE})
+                 AUTOVM_ACTION_RECOMPUTE, AUTOVM_ACTION_ADVISE, AUTOVM_ACTION_READ_REMOTE})
     if (s == name(k)) return k;
-  r.fail(where, cat("unknown action kind '", s, "' (evict, prefetch, discard, recompute, advise)"));
+  r.fail(where, cat("unknown action kind '", s,
+                    "' (evict, prefetch, discard, recompute, advise, read_remote)"));
 }
 
 void read_tensors(const Reader& r, const json& root, Plan& p) {
@@ -213,6 +215,69 @@ void read_lifetimes(const Reader& r, const json& root, Plan& p) {
   }
 }
 
+bool has(const std::vector<TensorId>& ids, TensorId id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+// A read_remote (docs/execution-model.md, "Remote reads"): step s = ready_before_step =
+// after_step + 1 reads the tensor, and only reads it. That it is off there by an evict is
+// check_sequences'; that no recompute before s reads it, check_remote_reads'.
+void check_remote_read(const Reader& r, const json& a, const std::string& where,
+                       const std::string& what, const Action& out, const Plan& p) {
+  const StepIndex n = p.step_count();
+  if (out.ready_before_step != out.after_step + 1 || out.ready_before_step >= n)
+    r.fail(what, cat("ready_before_step ", out.ready_before_step,
+                     " must be after_step + 1 and a step (< ", n,
+                     "): the step that reads the tensor remotely"));
+  const Tensor& t = p.tensors[static_cast<size_t>(out.tensor)];
+  const Step& s = p.steps[static_cast<size_t>(out.ready_before_step)];
+  const std::string step = cat("step ", s.id, " (", s.op, s.node.empty() ? "" : " " + s.node, ")");
+  if (!has(s.inputs, t.id))
+    r.fail(what, cat(step, " does not read '", t.name,
+                     "': a remote read is of an input of its step"));
+  if (has(s.outputs, t.id) || s.workspace == t.id)
+    r.fail(what, cat(step, " writes '", t.name, "' (", s.workspace == t.id ? "its workspace" : "an output",
+                     "): a step reads remotely only what it does not write"));
+  if (auto m = a.find("mechanism"); m != a.end()) {
+    static const char* const remote[] = {"mapped", "staged", "prefetch"};
+    if (!m->is_string() ||
+        std::find(std::begin(remote), std::end(remote), m->get<std::string>()) == std::end(remote))
+      r.fail(where + ".mechanism",
+             cat(m->is_string() ? "'" + m->get<std::string>() + "'" : std::string(m->type_name()),
+                 " cannot read remotely (mapped, staged or prefetch: a mechanism whose device "
+                 "profile has a remote_read rate)"));
+  }
+}
+
+// No recompute before step s reads a tensor s reads remotely (execution model, "Remote reads"):
+// the chain runs on the device before s, from resident inputs. One remote read per tensor and
+// step.
+void check_remote_reads(const Reader& r, const Plan& p) {
+  std::map<std::pair<StepIndex, TensorId>, size_t> remote;
+  for (size_t i = 0; i < p.actions.size(); ++i) {
+    const Action& a = p.actions[i];
+    if (a.kind != AUTOVM_ACTION_READ_REMOTE) continue;
+    auto [it, fresh] = remote.emplace(std::make_pair(a.ready_before_step, a.tensor), i);
+    if (!fresh)
+      r.fail(cat(at("actions", i), " (read_remote of '", p.tensors[static_cast<size_t>(a.tensor)].name,
+                 "')"),
+             cat("repeats ", at("actions", it->second), ": one remote read per tensor and step"));
+  }
+  for (size_t i = 0; i < p.actions.size(); ++i) {
+    const Action& a = p.actions[i];
+    if (a.kind != AUTOVM_ACTION_RECOMPUTE) continue;
+    for (TensorId x : p.steps[static_cast<size_t>(a.source_step)].inputs) {
+      auto it = remote.find({a.ready_before_step, x});
+      if (it == remote.end()) continue;
+      r.fail(cat(at("actions", it->second), " (read_remote of '",
+                 p.tensors[static_cast<size_t>(x)].name, "')"),
+             cat("the recompute ", at("actions", i), " before step ", a.ready_before_step,
+                 " runs step ", a.source_step, ", which reads the tensor: it must be resident "
+                 "there, not read remotely"));
+    }
+  }
+}
+
 void read_actions(const Reader& r, const json& root, Plan& p) {
   const json& actions = r.array(root, "", "actions");
   const StepIndex n = p.step_count();
@@ -256,9 +321,17 @@ void read_actions(const Reader& r, const json& root, Plan& p) {
           r.fail(where + ".advice", cat("unknown advice '", out.advice, "'"));
         break;
       }
+      case AUTOVM_ACTION_READ_REMOTE:
+        check_remote_read(r, a, where, what, out, p);
+        break;
     }
-    // Lifetime: a tensor goes off while it exists and comes back within its lifetime.
-    if (out.kind == AUTOVM_ACTION_EVICT || out.kind == AUTOVM_ACTION_DISCARD) {
+    // Lifetime: a tensor goes off while it exists and comes back within its lifetime; a remote
+    // read lies in an off interval, so within the lifetime too.
+    if (out.kind == AUTOVM_ACTION_READ_REMOTE) {
+      if (out.ready_before_step < t.first || out.ready_before_step > t.last)
+        r.fail(what, cat("reads the tensor at step ", out.ready_before_step,
+                         ", outside its lifetime [", t.first, ", ", t.last, "]"));
+    } else if (out.kind == AUTOVM_ACTION_EVICT || out.kind == AUTOVM_ACTION_DISCARD) {
       if (out.after_step < t.first || out.after_step > t.last)
         r.fail(what, cat("after_step ", out.after_step, " lies outside the lifetime [", t.first,
                          ", ", t.last, "]"));
@@ -305,18 +378,29 @@ void check_sequences(const Reader& r, Plan& p) {
       return issue_point(p.actions[a]) < issue_point(p.actions[b]);
     });
     Tensor& tensor = p.tensors[t];
-    tensor.starts_on_host = tensor.persistent && p.actions[list.front()].kind == AUTOVM_ACTION_PREFETCH;
+    const autovm_action_kind first = p.actions[list.front()].kind;
+    tensor.starts_on_host = tensor.persistent && (first == AUTOVM_ACTION_PREFETCH ||
+                                                  first == AUTOVM_ACTION_READ_REMOTE);
     const State initial = tensor.starts_on_host ? State::host : State::on;
     State state = initial;
+    bool evicted = false;  // the plan evicts it somewhere: a remote read has a copy to read
+    for (size_t i : list) evicted = evicted || p.actions[i].kind == AUTOVM_ACTION_EVICT;
     for (size_t k = 0; k < list.size(); ++k) {
       const Action& a = p.actions[list[k]];
       const std::string what = cat(at("actions", list[k]), " (", name(a.kind), " of '", tensor.name,
                                    "', after_step ", a.after_step, ")");
+      const bool remote = a.kind == AUTOVM_ACTION_READ_REMOTE;
       if (k > 0) {
         const Action& before = p.actions[list[k - 1]];
-        if (issue_point(a) < complete_point(before, n))
+        if (issue_point(a) < complete_point(before, n)) {
+          if (remote)
+            r.fail(what, cat("reads the tensor remotely at step ", a.ready_before_step, ", but ",
+                             at("actions", list[k - 1]), " (", name(before.kind),
+                             ") completes only before step ", before.ready_before_step,
+                             ": a remote read needs the tensor off there, its host copy complete"));
           r.fail(what, cat("is issued before ", at("actions", list[k - 1]), " (", name(before.kind),
                            ", ready_before_step ", before.ready_before_step, ") completes"));
+        }
       }
       State need = State::on, next = State::on;
       switch (a.kind) {
@@ -324,14 +408,22 @@ void check_sequences(const Reader& r, Plan& p) {
         case AUTOVM_ACTION_DISCARD: need = State::on; next = State::discarded; break;
         case AUTOVM_ACTION_PREFETCH: need = State::host; next = State::on; break;
         case AUTOVM_ACTION_RECOMPUTE: need = State::discarded; next = State::on; break;
+        case AUTOVM_ACTION_READ_REMOTE: need = State::host; next = State::host; break;
         case AUTOVM_ACTION_ADVISE: break;
       }
-      if (state != need) {
-        static const char* const names[] = {"resident", "on the host (evicted)", "discarded"};
+      static const char* const names[] = {"resident", "on the host (evicted)", "discarded"};
+      if (remote && (state != need || !evicted))
+        r.fail(what, cat("reads the tensor remotely at step ", a.ready_before_step,
+                         " where the plan has it ",
+                         state == State::discarded ? "discarded"
+                         : !evicted                ? "never evicted"
+                                                   : names[static_cast<int>(state)],
+                         ": a remote read is of a tensor an evict has put on the host (a "
+                         "discarded tensor has no copy to read; a resident one needs none)"));
+      if (state != need)
         r.fail(what, cat("finds the tensor ", names[static_cast<int>(state)], ", not ",
                          names[static_cast<int>(need)], " (a prefetch follows an evict, a "
                          "recompute follows a discard)"));
-      }
       state = next;
     }
     if (tensor.persistent && state != initial)
@@ -387,6 +479,20 @@ class KeyTrackingSax : public nlohmann::detail::json_sax_dom_parser<json> {
 
 }  // namespace
 
+std::vector<StepIndex> last_remote_reads(const Plan& p) {
+  std::vector<StepIndex> read(p.tensors.size(), -1), fetched(p.tensors.size(), -1);
+  for (const Action& a : p.actions) {
+    if (a.kind != AUTOVM_ACTION_PREFETCH && a.kind != AUTOVM_ACTION_READ_REMOTE) continue;
+    StepIndex& at = (a.kind == AUTOVM_ACTION_PREFETCH ? fetched : read)[static_cast<size_t>(a.tensor)];
+    at = std::max(at, a.kind == AUTOVM_ACTION_PREFETCH ? a.after_step + 1 : a.ready_before_step);
+  }
+  for (const Tensor& t : p.tensors) {
+    const auto i = static_cast<size_t>(t.id);
+    if (t.persistent || fetched[i] > read[i]) read[i] = -1;
+  }
+  return read;
+}
+
 Plan load_plan(std::string_view text, std::string source) {
   Plan p;
   p.source = std::move(source);
@@ -409,6 +515,7 @@ Plan load_plan(std::string_view text, std::string source) {
   read_steps(r, root, p);
   read_lifetimes(r, root, p);
   read_actions(r, root, p);
+  check_remote_reads(r, p);
   check_sequences(r, p);
   place_temporaries(p);
   return p;

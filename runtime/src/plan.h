@@ -41,7 +41,7 @@ struct Tensor {
   StepIndex first = 0, last = 0;  // lifetime, inclusive
   bool persistent = false;
   // The plan keeps it on the host between training steps: its first action in a step is a
-  // prefetch with no evict before it (execution model, rule 4).
+  // prefetch, or a remote read, with no evict before it (execution model, rule 4).
   bool starts_on_host = false;
 };
 
@@ -113,10 +113,26 @@ inline bool allocated_by_its_step(const Plan& p, const Tensor& t) {
 
 // Points in the runtime's timeline, in order: issue after step -1 (at step_begin(0)) < completion
 // at step_begin(s) < issue at step_end(s) < completion by the end (at step_end(n-1)). A tensor's
-// actions are met in the order of their issue points.
+// actions are met in the order of their issue points. Recomputes and remote reads happen at
+// step_begin(ready_before_step), after the completions due there.
 inline int64_t issue_point(const Action& a) {
-  return a.kind == AUTOVM_ACTION_RECOMPUTE ? 4 * a.ready_before_step : 4 * a.after_step + 2;
+  return a.kind == AUTOVM_ACTION_RECOMPUTE || a.kind == AUTOVM_ACTION_READ_REMOTE
+             ? 4 * a.ready_before_step
+             : 4 * a.after_step + 2;
 }
+
+// The tensors some step of the plan reads remotely (AUTOVM_ACTION_READ_REMOTE), by id.
+inline std::vector<bool> read_remotely(const Plan& p) {
+  std::vector<bool> out(p.tensors.size(), false);
+  for (const Action& a : p.actions)
+    if (a.kind == AUTOVM_ACTION_READ_REMOTE) out[static_cast<size_t>(a.tensor)] = true;
+  return out;
+}
+
+// [tensor] the step of its last remote read in a training step when no prefetch of it comes
+// at or after it and it is not persistent: after that step its host copy serves nothing (its
+// range is then done with remote reads); -1 otherwise.
+std::vector<StepIndex> last_remote_reads(const Plan& p);
 
 // Parses and validates. source names the plan in messages.
 Plan load_plan(std::string_view json_text, std::string source);

@@ -56,12 +56,12 @@ std::vector<std::vector<TensorId>> prefetch_waits(const Plan& plan,
 
 }  // namespace
 
-std::vector<std::vector<StepRange>> occupancy(const Plan& plan) {
+std::vector<std::vector<StepRange>> occupancy(const Plan& plan, bool remote_in_place) {
   const StepIndex n = plan.step_count();
   std::vector<std::vector<size_t>> by_tensor(plan.tensors.size());
   for (size_t i = 0; i < plan.actions.size(); ++i) {
     const Action& a = plan.actions[i];
-    if (a.kind != AUTOVM_ACTION_ADVISE &&
+    if (a.kind != AUTOVM_ACTION_ADVISE && (a.kind != AUTOVM_ACTION_READ_REMOTE || remote_in_place) &&
         !is_chain_temporary(a, plan.tensors[static_cast<size_t>(a.tensor)]))
       by_tensor[static_cast<size_t>(a.tensor)].push_back(i);
   }
@@ -72,6 +72,7 @@ std::vector<std::vector<StepRange>> occupancy(const Plan& plan) {
       return issue_point(plan.actions[a]) < issue_point(plan.actions[b]);
     });
     auto& ranges = on[static_cast<size_t>(t.id)];
+    std::vector<StepIndex> remote;  // steps that read it remotely, in its own range
     // Before step 0 (-1) every persistent tensor is on the device: the trainer may write them.
     bool is_open = true;
     StepIndex open = t.persistent ? -1 : t.first;
@@ -96,15 +97,28 @@ std::vector<std::vector<StepRange>> occupancy(const Plan& plan) {
         case AUTOVM_ACTION_DISCARD: close(a.after_step); break;
         case AUTOVM_ACTION_PREFETCH: reopen(a.after_step + 1); break;
         case AUTOVM_ACTION_RECOMPUTE: reopen(a.ready_before_step); break;
+        case AUTOVM_ACTION_READ_REMOTE: remote.push_back(a.ready_before_step); break;
         case AUTOVM_ACTION_ADVISE: break;
       }
     }
     close(t.persistent ? n - 1 : t.last);
+    if (remote.empty()) continue;
+    for (StepIndex s : remote) ranges.emplace_back(s, s);
+    std::sort(ranges.begin(), ranges.end());
+    size_t kept = 0;  // merge what overlaps or touches
+    for (const StepRange& r : ranges) {
+      if (kept > 0 && ranges[kept - 1].second + 1 >= r.first) {
+        ranges[kept - 1].second = std::max(ranges[kept - 1].second, r.second);
+      } else {
+        ranges[kept++] = r;
+      }
+    }
+    ranges.resize(kept);
   }
   return on;
 }
 
-ResidencyLayout pack_by_residency(const Plan& plan, int64_t alignment) {
+ResidencyLayout pack_by_residency(const Plan& plan, int64_t alignment, bool remote_in_place) {
   ResidencyLayout layout;
   const size_t count = plan.tensors.size();
   for (const Tensor& t : plan.tensors) layout.offset.push_back(t.offset);
@@ -122,7 +136,8 @@ ResidencyLayout pack_by_residency(const Plan& plan, int64_t alignment) {
       int64_t steps = 0;  // moments on the device (two a step)
     };
     std::vector<Item> items;
-    for (auto& ranges : occupancy(plan)) items.push_back(Item{0, std::move(ranges), 0});
+    for (auto& ranges : occupancy(plan, remote_in_place))
+      items.push_back(Item{0, std::move(ranges), 0});
     // Time in points: step s is the moment before it (2s), where chain temporaries are, then s
     // itself (2s + 1). A tensor its first step allocates as it starts is not there at the first.
     for (const Tensor& t : plan.tensors) {

@@ -15,6 +15,10 @@
 // persistent one). This is the executor's resident set (executor.h), where a copy in flight
 // counts resident. A persistent tensor the plan keeps on the host occupies step -1 only until
 // its first prefetch (its initial contents are moved to the host at the first step_begin(0)).
+// A tensor read remotely at step s (read_remote) where its backend reads it in its own range (the
+// host backend copies its host copy there for s) occupies that range at s too, though it is
+// off the device; where the backend reads it elsewhere (the mapped mechanism: where its host
+// copy is mapped), it does not.
 //
 // Ordering. Every use of a range is ordered after the previous occupant's last use by the
 // compute stream, except one: a prefetch issued after step p may start copying once step p has
@@ -68,11 +72,13 @@ struct ResidencyLayout {
 
 // Where each tensor is on the device, in step ranges (sorted, disjoint); empty for a tensor never
 // on the device. Chain temporaries (Action::temporary_offset) lie after the arena: not counted.
-std::vector<std::vector<StepRange>> occupancy(const Plan& plan);
+// `remote_in_place`: the steps that read a tensor remotely count (contract, "On the device").
+std::vector<std::vector<StepRange>> occupancy(const Plan& plan, bool remote_in_place = true);
 
 // The packed layout; `alignment` a power of two. When packing cannot beat the planner's arena
 // (or the plan is too large to pack), the planner's offsets, with the waits they need.
-ResidencyLayout pack_by_residency(const Plan& plan, int64_t alignment = 256);
+ResidencyLayout pack_by_residency(const Plan& plan, int64_t alignment = 256,
+                                  bool remote_in_place = true);
 
 // The plan with the layout's offsets and arena size.
 Plan with_layout(const Plan& plan, const ResidencyLayout& layout);

@@ -221,4 +221,28 @@ def _():
     return ""
 
 
+@case("a plan with a remote read: parsed, and executed by the runtime (Python moves nothing)")
+def _():
+    # tests/runtime/plans/remote.json: a is evicted after step 1 and read remotely by step 3.
+    path = os.path.join(HERE, "..", "runtime", "plans", "remote.json")
+    p = autovm.load_plan(path)
+    kinds = [a["kind"] for a in p.actions]
+    if kinds != ["evict", "read_remote"] or len(p.remote_reads) != 1:
+        return f"kinds {kinds}, remote reads {p.remote_reads}"
+    if p.action_counts().get(("read_remote", "activation")) != 1:
+        return f"action_counts {p.action_counts()}"
+    from autovm.runtime_executor import RuntimeExecutor
+    calls = []
+    rt = RuntimeExecutor(p, backend="host", calls=calls)
+    for _ in range(2):
+        rt.start_training_step()
+        rt.advance(len(p.steps) - 1)
+    s = rt.stats()
+    rt.close()
+    if s["remote_reads"] != 2 or s["remote_read_bytes"] != 2 * 2048 or s["bytes_to_device"]:
+        return f"stats {s}"
+    if {c[0] for c in calls} != {"begin", "end"}:
+        return f"calls other than the steps': {sorted({c[0] for c in calls})}"
+
+
 sys.exit(finish())

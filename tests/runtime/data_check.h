@@ -6,8 +6,10 @@
 // (resident, or with a copy in flight) must be disjoint: before the step, where its chain
 // temporaries are but not what it allocates as it starts (its outputs whose lifetime begins
 // there and that it does not read, its workspace), and at the step, where the temporaries are
-// gone. An independent check of any arena layout, planner's or packed. Needs a runtime with real
-// memory.
+// gone. A tensor the step reads remotely (read_remote: off the device, its host copy put back in
+// its range by the host backend) is read like any input and occupies its range at both moments
+// of that step too. An independent check of any arena layout, planner's or packed. Needs a
+// runtime with real memory on the host backend.
 #pragma once
 
 #include <autovm/autovm.hpp>
@@ -119,10 +121,16 @@ class DataCheck {
       int32_t tensor;
     };
     std::vector<Range> on;
+    std::vector<bool> remote(static_cast<size_t>(plan_.tensor_count()), false);
+    for (int64_t a = 0; a < plan_.action_count(); ++a) {
+      const autovm_action_info act = plan_.action(a);
+      if (act.kind == AUTOVM_ACTION_READ_REMOTE && act.ready_before_step == s)
+        remote[static_cast<size_t>(act.tensor)] = true;
+    }
     for (int32_t t = 0; t < plan_.tensor_count(); ++t) {
       const autovm_residency r = rt_.residency(t);
       if (r != AUTOVM_RESIDENCY_RESIDENT && r != AUTOVM_RESIDENCY_EVICTING &&
-          r != AUTOVM_RESIDENCY_PREFETCHING)
+          r != AUTOVM_RESIDENCY_PREFETCHING && !(r == AUTOVM_RESIDENCY_ON_HOST && remote[static_cast<size_t>(t)]))
         continue;
       const int64_t bytes = plan_.tensor(t).bytes;
       if (bytes == 0 || (before ? allocated_by(t, s) : temporary_at(t, s))) continue;

@@ -1,8 +1,9 @@
 // A plan the planner writes for ResNet-18 (batch 8) under half its peak, executed for two
 // training steps on the host backend in accounting-only mode, strict, touching every step's
 // inputs, outputs and workspace: no violation, the bytes moved are the plan's prediction, and
-// the resident peak stays within the budget. AUTOVM_PLAN_EXE and AUTOVM_TEST_MODEL come from
-// meson (tests/runtime/meson.build).
+// the resident peak stays within the budget; and at its least budget with small workspaces,
+// where the plan reads some inputs remotely, every byte a step reads is checked (data_check.h).
+// AUTOVM_PLAN_EXE and AUTOVM_TEST_MODEL come from meson (tests/runtime/meson.build).
 #include <autovm/autovm.hpp>
 
 #include <filesystem>
@@ -24,9 +25,10 @@ std::string env(const char* name) {
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
 
-nlohmann::json plan_model(const std::string& budget, const fs::path& out) {
+nlohmann::json plan_model(const std::string& budget, const fs::path& out,
+                          const std::string& extra = "") {
   std::string command = quote(env("AUTOVM_PLAN_EXE")) + " " + quote(env("AUTOVM_TEST_MODEL")) +
-                        " --batch 8 --quiet -o " + quote(out.string());
+                        " --batch 8 --quiet -o " + quote(out.string()) + extra;
   if (!budget.empty()) command += " --budget " + budget;
   INFO(command);
   REQUIRE(std::system(command.c_str()) == 0);
@@ -110,5 +112,35 @@ TEST_CASE("resnet18 under half its peak on an arena packed by residency: bytes i
   // Fragmentation: packed ranges of tensors with several stretches on the device leave holes
   // (this plan's packing is about 1.5x the budget).
   CHECK(static_cast<double>(sizes[1]) <= 1.6 * static_cast<double>(budget));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("resnet18 at the least budget reads some inputs remotely: bytes intact, within the "
+          "budget, on both layouts") {
+  // With small convolution workspaces the least budget is set by steps whose inputs do not all
+  // fit: the planner reads some of them remotely there (docs/execution-model.md, "Remote reads").
+  const fs::path dir = fs::temp_directory_path() / ("autovm_rt_remote_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const nlohmann::json planned = plan_model("min", dir / "plan.json", " --workspace-limit 1MB");
+  int64_t remote = 0;
+  for (const auto& a : planned["actions"]) remote += a["kind"] == "read_remote";
+  MESSAGE("ResNet-18 batch 8 at the least budget: " << remote << " remote reads");
+  WARN_MESSAGE(remote > 0, "the planner made no remote reads: this case checks none");
+  autovm::Plan plan = autovm::Plan::load((dir / "plan.json").string());
+  for (autovm_layout layout : {AUTOVM_LAYOUT_PLAN, AUTOVM_LAYOUT_PACKED}) {
+    CAPTURE(layout);
+    autovm_runtime_options o;
+    REQUIRE(autovm_runtime_options_init(&o) == AUTOVM_OK);
+    o.strict = 1;
+    o.layout = layout;
+    o.host_arena_cap_bytes = int64_t{4} << 30;
+    autovm::Runtime rt(plan, &o);
+    rt_test::DataCheck data(plan, rt);
+    for (int step = 0; step < 2; ++step) CHECK(data.run_training_step() > 0);
+    const autovm_stats st = rt.stats();
+    CHECK(st.violations == 0);
+    CHECK(st.peak_resident_bytes <= plan.budget_bytes());
+    CHECK(st.remote_reads == 2 * remote);
+  }
   fs::remove_all(dir);
 }

@@ -34,9 +34,11 @@ const char* const kUsage = R"(usage: autovm-replay PLAN [options]    replay a pl
        autovm-replay --bench [options]   measure the transfer mechanisms alone
 
 Replay runs every step of the plan as a synthetic kernel that reads the step's inputs and writes
-its outputs in the runtime's arena, then holds the GPU for the step's predicted compute time.
-Each mode runs --warmup training steps, then --steps measured ones; the median is printed with
-the stall, bytes moved, CUPTI's unified-memory counters and the plan's predictions.
+its outputs in the runtime's arena, then holds the GPU for the step's predicted compute time;
+an input the plan reads remotely (read_remote) is read where the runtime has it for that step,
+from host memory. Each mode runs --warmup training steps, then --steps measured ones; the median
+is printed with the stall, bytes moved and read remotely, CUPTI's unified-memory counters and
+the plan's predictions.
 
 options:
   --modes LIST       comma-separated, from: resident (no actions, no budget), demand (the plan's
@@ -228,6 +230,7 @@ struct ModeResult {
   double stall_ms = 0;  // per training step
   int64_t late = 0, violations = 0;
   double to_host_gb = 0, to_device_gb = 0;  // per training step, issued by the runtime
+  double remote_gb = 0;                     // per training step, read remotely by the steps
   autovm::replay::UmCounts um;              // per training step, CUPTI
   bool um_available = false;
   double host_us_per_call = 0;           // measured steps: includes waiting on a full launch queue
@@ -273,7 +276,8 @@ ModeResult replay_mode(const autovm_plan* plan, const std::string& mode, const O
     tensor_bytes[static_cast<size_t>(t)] = info.bytes;
   }
   // What each step reads and writes, by tensor id: pointers are asked for at every launch, since
-  // a chain temporary lies outside the arena while it exists (autovm_tensor_pointer).
+  // a chain temporary lies outside the arena while it exists, and a tensor read remotely on the
+  // mapped mechanism's arena where its host copy is mapped (autovm_tensor_pointer).
   struct StepWork {
     std::vector<int32_t> in, out;
     double hold_us = 0;
@@ -406,6 +410,7 @@ ModeResult replay_mode(const autovm_plan* plan, const std::string& mode, const O
   r.violations = st.violations;
   r.to_host_gb = static_cast<double>(st.bytes_to_host) / 1e9 / n;
   r.to_device_gb = static_cast<double>(st.bytes_to_device) / 1e9 / n;
+  r.remote_gb = static_cast<double>(st.remote_read_bytes) / 1e9 / n;
   r.um.bytes_to_device = static_cast<uint64_t>(static_cast<double>(r.um.bytes_to_device) / n);
   r.um.bytes_to_host = static_cast<uint64_t>(static_cast<double>(r.um.bytes_to_host) / n);
   r.um.gpu_page_faults = static_cast<uint64_t>(static_cast<double>(r.um.gpu_page_faults) / n);
@@ -434,8 +439,21 @@ int replay(const Options& o) {
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
   std::printf("autovm-replay: %s on %s (device %d)\n", o.plan.c_str(), prop.name, o.device);
+  int64_t actions = 0, remote = 0, remote_bytes = 0;
+  autovm_plan_action_count(plan, &actions);
+  for (int64_t i = 0; i < actions; ++i) {
+    autovm_action_info a;
+    autovm_plan_action_info(plan, i, &a);
+    if (a.kind != AUTOVM_ACTION_READ_REMOTE) continue;
+    ++remote;
+    remote_bytes += a.bytes;
+  }
   std::printf("  %lld steps, arena %.2f GB, budget %.2f GB, plan made for mechanism '%s'\n",
               static_cast<long long>(steps), arena / 1e9, budget / 1e9, pred.mechanism.c_str());
+  if (remote > 0)
+    std::printf("  %lld remote reads of %.2f GB a training step (read_remote: from host memory; "
+                "demand paging faults them back instead)\n",
+                static_cast<long long>(remote), remote_bytes / 1e9);
   std::printf("  %d warm-up + %d measured training steps per mode; times are medians\n\n",
               o.warmup, o.steps);
   std::vector<ModeResult> results;
@@ -444,19 +462,20 @@ int replay(const Options& o) {
     const ModeResult& r = results.back();
     std::fprintf(stderr, "  %s done: %.1f ms\n", mode.c_str(), r.median_ms);
   }
-  std::printf("%-9s %10s %9s %9s %6s %9s %9s %9s %9s %8s %9s %9s %9s %9s %9s\n", "mode",
-              "step ms", "min", "max", "late", "stall ms", "out GB", "in GB", "UM in GB", "faults",
-              "host us", "idle us", "peak GB", "arena GB", "device GB");
+  std::printf("%-9s %10s %9s %9s %6s %9s %9s %9s %9s %9s %8s %9s %9s %9s %9s %9s\n", "mode",
+              "step ms", "min", "max", "late", "stall ms", "out GB", "in GB", "remote GB",
+              "UM in GB", "faults", "host us", "idle us", "peak GB", "arena GB", "device GB");
   for (const ModeResult& r : results)
-    std::printf("%-9s %10.1f %9.1f %9.1f %6lld %9.1f %9.2f %9.2f %9.2f %8llu %9.1f %9.1f %9.2f "
-                "%9.2f %9.2f\n",
+    std::printf("%-9s %10.1f %9.1f %9.1f %6lld %9.1f %9.2f %9.2f %9.2f %9.2f %8llu %9.1f %9.1f "
+                "%9.2f %9.2f %9.2f\n",
                 r.mode.c_str(), r.median_ms, r.min_ms, r.max_ms, static_cast<long long>(r.late),
-                r.stall_ms, r.to_host_gb, r.to_device_gb, r.um.bytes_to_device / 1e9,
+                r.stall_ms, r.to_host_gb, r.to_device_gb, r.remote_gb, r.um.bytes_to_device / 1e9,
                 static_cast<unsigned long long>(r.um.gpu_page_faults), r.host_us_per_call,
                 r.host_us_per_call_unloaded, r.peak_resident / 1e9, r.memory_bytes / 1e9,
                 r.device_bytes / 1e9);
   std::printf("(late: waits that held the compute stream > 5 us, per mode in total; stall, out, "
-              "in, UM in (CUPTI's bytes migrated to the device), faults (GPU page-fault groups): "
+              "in, remote (bytes the steps read from host memory: read_remote), UM in (CUPTI's "
+              "bytes migrated to the device), faults (GPU page-fault groups): "
               "per training step; host us: mean time in step_begin/step_end while replaying, "
               "including waits on a full launch queue; idle us: the same with the GPU idle; peak: "
               "the executor's resident bytes; arena: the runtime's arena as laid out (mapped: "
@@ -509,7 +528,7 @@ int replay(const Options& o) {
       out["modes"].push_back({{"mode", r.mode}, {"median_ms", r.median_ms}, {"min_ms", r.min_ms},
                               {"max_ms", r.max_ms}, {"stall_ms", r.stall_ms}, {"late", r.late},
                               {"violations", r.violations}, {"to_host_gb", r.to_host_gb},
-                              {"to_device_gb", r.to_device_gb},
+                              {"to_device_gb", r.to_device_gb}, {"remote_gb", r.remote_gb},
                               {"um_bytes_to_device", r.um.bytes_to_device},
                               {"um_bytes_to_host", r.um.bytes_to_host},
                               {"gpu_page_faults", r.um.gpu_page_faults},

@@ -2,7 +2,7 @@
  *
  * Contract. A plan, written ahead of time by autovm-plan, gives every tensor of one training step
  * an offset in one arena, lists the steps in order, and schedules actions (evict, prefetch,
- * discard, recompute, advise) around the steps. The runtime applies those actions at the step
+ * discard, recompute, read_remote, advise) around the steps. The runtime applies those actions at the step
  * boundaries the trainer reports, following docs/execution-model.md (execution model autovm-1):
  *
  *   trainer:   step_begin(0) run 0 step_end(0)  step_begin(1) run 1 step_end(1) ...  step_end(n-1)
@@ -16,6 +16,9 @@
  *   discard a   at step_end(after_step): off from after_step + 1
  *   recompute a at step_begin(ready_before_step): resident from ready_before_step; after
  *               step_begin returns, the trainer runs step source_step again, then the step itself.
+ *   read_remote a at step_begin(ready_before_step): a stays off (ON_HOST, not counted); step
+ *               ready_before_step reads it where its evicted copy lies in host memory, mapped
+ *               into the device's address space (autovm_tensor_pointer says where).
  *
  * Steps come in order 0..n-1; after step_end(n-1) the next training step starts again at 0.
  * Tensors are allocated at step_begin(first) and freed after step_end(last) of their lifetime;
@@ -44,7 +47,7 @@ extern "C" {
 #endif
 
 /* The version of this header's API. autovm_version() returns the library's; they must match. */
-#define AUTOVM_API_VERSION 3
+#define AUTOVM_API_VERSION 4
 
 typedef enum autovm_status {
   AUTOVM_OK = 0,
@@ -120,7 +123,13 @@ typedef enum autovm_memory {
                                 its address stays; a prefetch maps them and copies the bytes
                                 back, unless the trainer freed the allocation in the meantime
                                 (the pool's serials tell), and a free while copies are queued
-                                makes the freeing stream wait for them. The host backend
+                                makes the freeing stream wait for them. A remote read maps the
+                                runtime's host memory holding the tensor at its paged-out
+                                chunks for the step (the prefetch mechanism: the range is
+                                advised to stay on the host), so kernels read it at its own
+                                address; a binding that ends then leaves that memory in the
+                                range, its bytes readable, until the trainer frees it or the
+                                runtime needs the memory again. The host backend
                                 leaves the trainer's bytes alone (it only counts). layout
                                 must be AUTO or PLAN; autovm_tensor_pointer is NULL for
                                 unbound tensors */
@@ -143,7 +152,13 @@ typedef enum autovm_action_kind {
   AUTOVM_ACTION_PREFETCH = 1,
   AUTOVM_ACTION_DISCARD = 2,
   AUTOVM_ACTION_RECOMPUTE = 3,
-  AUTOVM_ACTION_ADVISE = 4
+  AUTOVM_ACTION_ADVISE = 4,
+  /* Step ready_before_step (= after_step + 1) reads the tensor where its evicted copy lies in
+   * host memory, over the link, instead of bringing it back (docs/execution-model.md, "Remote
+   * reads"): the tensor is off there by an evict (ON_HOST) and counts nothing, the step only
+   * reads it. The loader refuses one whose tensor is not off by an evict at that step, or
+   * that the step does not read. */
+  AUTOVM_ACTION_READ_REMOTE = 5
 } autovm_action_kind;
 
 /* Where a tensor's bytes are now. Resident (counted against the budget): RESIDENT, EVICTING,
@@ -266,9 +281,11 @@ AUTOVM_EXPORT int autovm_cuda_built(void);
 /* stream: the trainer's compute stream (cudaStream_t; NULL: the legacy default stream) for the
  * CUDA backend; ignored by the host backend. The CUDA backend never waits on the host (except
  * the mapped mechanism on trainer memory, whose step_begin waits for the copies out it completes
- * before their pages are unmapped): evictions start on the runtime's copy streams once the
+ * before their pages are unmapped, and which waits for the step that read a tensor remotely
+ * before that tensor's host mapping goes): evictions start on the runtime's copy streams once the
  * compute stream has passed the step (an event), and the compute stream waits
- * (cudaStreamWaitEvent) only before a step that needs a prefetch complete. step_begin completes everything due before the step (ready_before_step == step) and
+ * (cudaStreamWaitEvent) only before a step that needs a prefetch complete. step_begin completes everything due before the step (ready_before_step == step),
+ * makes the tensors the step reads remotely readable from host memory, and
  * allocates the tensors whose lifetime starts there; the budget holds in both of the step's
  * moments (docs/execution-model.md): before it, with the chain temporaries and without what the
  * step allocates as it starts, and during it, without the temporaries (their pointers serve the
@@ -283,8 +300,12 @@ AUTOVM_EXPORT autovm_status autovm_step_end(autovm_runtime* rt, int64_t step, vo
 /* Where tensor id lies: its place in the arena, fixed for the runtime's life, its contents valid
  * while the tensor is resident; except while it is a chain temporary (recomputed after its
  * lifetime, in the moment before one step: docs/execution-model.md), when it lies in room after the arena: ask
- * again after step_begin for tensors a recompute brings back. NULL (with AUTOVM_OK) in
- * accounting-only mode. */
+ * again after step_begin for tensors a recompute brings back. During a step that reads the
+ * tensor remotely (AUTOVM_ACTION_READ_REMOTE) its contents are valid there too, read from host
+ * memory: at its own place (the host backend, the managed mechanisms, trainer memory), or, on
+ * the mapped mechanism's arena, where its evicted copy lies in host memory mapped into the
+ * device's address space (the arena's range is another tensor's then): ask again after
+ * step_begin. NULL (with AUTOVM_OK) in accounting-only mode. */
 AUTOVM_EXPORT autovm_status autovm_tensor_pointer(autovm_runtime* rt, int32_t id, void** ptr);
 /* Binds the trainer's own memory to tensor id: from now on the runtime moves [ptr, ptr + bytes)
  * for it instead of its arena range (bytes must be the tensor's; ptr NULL: back to the arena,
@@ -349,6 +370,11 @@ typedef struct autovm_stats {
                                     back (or waited for its copy) */
   int64_t stale_prefetches;      /* COUNT: prefetches and requires skipped because the trainer
                                     had freed the tensor's allocation (mapped, trainer memory) */
+  int64_t remote_reads;          /* COUNT: read_remote actions met at their steps (mode PLAN
+                                    and DEMAND_PAGING; under demand paging the pages fault back
+                                    instead, and a tensor whose evict was skipped is read where
+                                    it stayed) */
+  int64_t remote_read_bytes;     /* SUM: their bytes (not part of bytes_to_device) */
 } autovm_stats;
 
 /* Synchronises with the device (CUDA backend) to read the event timings: not for the hot path. */
