@@ -63,7 +63,8 @@ from .hooks import _Hooks
 from .matching import BUCKET_PREFIX, MOVABLE_KINDS, _Matching, onnx_scope  # noqa: F401
 
 EXECUTORS = ("copy", "runtime")
-from .planner import RUNTIME_KINDS, optimizer_kind  # noqa: F401 (autovm.RUNTIME_KINDS)
+from .planner import (REMOTE_READ_EXECUTORS, RUNTIME_KINDS,  # noqa: F401 (autovm.RUNTIME_KINDS)
+                      optimizer_kind)
 from .replay import REPLAYABLE_OPS, _Replay
 from .trace import Stats, _Trace
 
@@ -152,6 +153,15 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
                               f"{', '.join(REPLAYABLE_OPS)}). Plan with --recompute-ops "
                               f"{','.join(REPLAYABLE_OPS)} (autovm.plan(..., recompute=True)) or "
                               "--no-recompute")
+        remote = [a for a in p.actions if a["kind"] == "read_remote"]
+        if remote and self.executor not in REMOTE_READ_EXECUTORS:
+            steps = sorted({a["ready_before_step"] for a in remote})
+            raise PlanFitError(
+                f"{p.path}: the plan has steps read {len(remote)} tensors where they lie in host "
+                f"memory (read_remote at steps {', '.join(map(str, steps[:8]))}"
+                f"{', ...' if len(steps) > 8 else ''}), which executor={self.executor!r} "
+                "cannot do: plan with autovm-plan --no-remote-reads (autovm.plan() does so for "
+                "this executor) at a budget that holds every step's working set")
         # A recompute of a step's other output (batch norm's saved mean or inverse standard
         # deviation, which autograd saved and the adapter matches only by size): the adapter
         # leaves that tensor on the GPU, its discard and recompute unrealized.

@@ -384,6 +384,7 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
         warnings.warn(f"{exe} has no --pool-indices option: max pooling's indices stay on the "
                       "GPU, which the plan does not count; rebuild autovm-plan",
                       RuntimeWarning, stacklevel=2)
+    args += _remote_read_args(executor, flags)
     if movable is not None:
         kinds = ",".join(movable)
         if "--movable" in flags:
@@ -526,6 +527,21 @@ def _json_file(value, tmp, name):
     with open(path, "w") as f:
         json.dump(value, f)
     return path
+
+
+# The executors of attach() whose trainer memory lets a kernel read an evicted tensor where its
+# host copy lies (docs/execution-model.md, "Remote reads"): libautovm maps it at the tensor's
+# own address (runtime/README.md). The copy executor cannot: its host copies are PyTorch
+# tensors at other addresses.
+REMOTE_READ_EXECUTORS = ("runtime",)
+
+
+def _remote_read_args(executor, flags):
+    """autovm-plan's arguments that keep remote reads out of a plan for `executor` when it
+    cannot run them: every step then keeps its working set resident."""
+    if executor in REMOTE_READ_EXECUTORS or "--no-remote-reads" not in flags:
+        return []
+    return ["--no-remote-reads"]
 
 
 def _recompute_args(recompute, flags):

@@ -473,6 +473,41 @@ def _():
                          "the ops the adapter can replay")
 
 
+@case("a plan whose steps read tensors remotely is refused by the copy executor; plan() "
+      "keeps its working sets resident")
+def _():
+    import subprocess
+    onnx_path = os.path.join(tmp, "tiny.onnx")
+    autovm.export_onnx(tiny, xt, onnx_path)
+    out = os.path.join(tmp, "tiny-remote.json")
+    base = [PLAN_EXE, onnx_path, "--batch", "4", "--optimizer", "momentum", *SMALL_WS, "--quiet"]
+
+    def least(*extra):
+        r = subprocess.run(base + ["--budget", "min", *extra], check=True, capture_output=True,
+                           text=True)
+        return json.loads(r.stdout)
+
+    remote, resident = least(), least("--no-remote-reads")
+    if not remote["options"]["budget_bytes"] < resident["options"]["budget_bytes"]:
+        return (f"--budget min is {remote['options']['budget_bytes']} B with remote reads, not "
+                f"below {resident['options']['budget_bytes']} B without")
+    if any(a["kind"] == "read_remote" for a in resident["actions"]):
+        return "--no-remote-reads gave a plan with read_remote"
+    subprocess.run(base + ["--budget", "min", "-o", out], check=True)
+    p = autovm.load_plan(out)
+    if not any(a["kind"] == "read_remote" for a in p.actions):
+        return "the least budget with remote reads gave no read_remote action"
+    why = raises(autovm.PlanFitError, lambda: autovm.attach(tiny, momentum(tiny), p),
+                 "read_remote at steps", "--no-remote-reads")
+    if why:
+        return why
+    # plan() for the copy executor passes --no-remote-reads: its least budget is the resident one.
+    low = autovm.plan(tiny, xt, opt0, budget="min")
+    if any(a["kind"] == "read_remote" for a in low.actions):
+        return "autovm.plan(executor='copy') made a plan with read_remote"
+    return ""
+
+
 @case("unrealized='error': a plan that evicts parameters or optimizer state")
 def _():
     # autovm.plan() moves activations only now; a plan that may move persistent kinds alone is
