@@ -72,7 +72,8 @@ void check_working_sets_fit(const TrainingGraph& g, const std::vector<Lifetime>&
       if (m.reads_remotely()) readers.push_back(m.name);
     std::string hint;
     if (!options.remote_reads)
-      hint = "; without --no-remote-reads, steps may read some inputs from host memory below it";
+      hint = "; remote reads are off (--no-remote-reads), so every step keeps its whole working "
+             "set resident";
     else if (!readers.empty())
       hint = fmt::format("; mechanism '{}' cannot read host memory remotely: with --mechanism "
                          "{}, steps may read some inputs from host memory below it",
