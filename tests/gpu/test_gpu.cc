@@ -12,9 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "gpu_harness.h"
 #include "kernels.h"
 
 namespace {
+
+using autovm::gpu_test::Gpu;
+using autovm::gpu_test::load;
 
 using nlohmann::json;
 using autovm::replay::checksum;
@@ -67,19 +71,6 @@ std::string make_plan(int64_t arena_override = 0) {
   return p.dump();
 }
 
-struct Gpu {
-  cudaStream_t stream = nullptr;
-  unsigned long long* sums = nullptr;  // managed: one per tensor
-  Gpu() {
-    REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
-    REQUIRE(cudaMallocManaged(reinterpret_cast<void**>(&sums), 4 * sizeof(unsigned long long)) == cudaSuccess);
-  }
-  ~Gpu() {
-    cudaFree(sums);
-    cudaStreamDestroy(stream);
-  }
-};
-
 // Checks, on the GPU, that tensor t of the first n lies at ptr[t] with the pattern of seeds[t]
 // (kBytes[t] long); names[t] names it in a failure.
 void check_patterns(Gpu& gpu, char* const* ptr, const uint32_t* seeds, int n, const char* names) {
@@ -92,13 +83,6 @@ void check_patterns(Gpu& gpu, char* const* ptr, const uint32_t* seeds, int n, co
     INFO("tensor " << names[t]);
     CHECK(gpu.sums[t] == pattern_checksum(seeds[t], kBytes[t]));
   }
-}
-
-autovm_plan* load(const std::string& text) {
-  autovm_plan* plan = nullptr;
-  REQUIRE_MESSAGE(autovm_plan_load_from_memory(text.data(), text.size(), &plan) == AUTOVM_OK,
-                  autovm_last_error());
-  return plan;
 }
 
 autovm_runtime_options cuda_options(autovm_mechanism mechanism,

@@ -15,9 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "gpu_harness.h"
 #include "kernels.h"
 
 namespace {
+
+using autovm::gpu_test::Gpu;
+using autovm::gpu_test::load;
 
 using nlohmann::json;
 using autovm::replay::checksum;
@@ -25,34 +29,6 @@ using autovm::replay::fill_pattern;
 using autovm::replay::pattern_checksum;
 
 constexpr int64_t kMiB = int64_t{1} << 20;
-
-struct Gpu {
-  cudaStream_t stream = nullptr;
-  unsigned long long* sums = nullptr;  // managed: one per tensor
-  Gpu() {
-    REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
-    REQUIRE(cudaMallocManaged(reinterpret_cast<void**>(&sums), 8 * sizeof(unsigned long long)) ==
-            cudaSuccess);
-  }
-  ~Gpu() {
-    cudaFree(sums);
-    cudaStreamDestroy(stream);
-  }
-  // The checksum of [p, p + bytes) by a kernel on the stream, waited for.
-  unsigned long long sum(const void* p, int64_t bytes) {
-    REQUIRE(cudaMemsetAsync(sums, 0, sizeof *sums, stream) == cudaSuccess);
-    REQUIRE(checksum(p, bytes, sums, stream) == cudaSuccess);
-    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
-    return sums[0];
-  }
-};
-
-autovm_plan* load(const std::string& text) {
-  autovm_plan* plan = nullptr;
-  REQUIRE_MESSAGE(autovm_plan_load_from_memory(text.data(), text.size(), &plan) == AUTOVM_OK,
-                  autovm_last_error());
-  return plan;
-}
 
 // Five tensors, four steps (inputs -> outputs):
 //   0: -> a, b, c, d     1: a, b ->     2: c, d -> e     3: b, d, e ->
