@@ -47,9 +47,7 @@ void DeviceArena::allocate_managed() {
   check(cudaMallocManaged(&p, static_cast<size_t>(bytes_), cudaMemAttachGlobal),
         "cudaMallocManaged of the arena (" + gib(bytes_) + ")");
   base_ = static_cast<char*>(p);
-  cudaMemLocation device{};
-  device.type = cudaMemLocationTypeDevice;
-  device.id = options_.device;
+  const cudaMemLocation device = device_location(options_.device);
   // Memory advice, where it helps (tools/bench/staged_in.cu, BENCHMARKS.md): the copy engine
   // writing managed pages that are not on the device faults them in one by one (0.5-0.8
   // GB/s), and cudaMemDiscardAndPrefetchBatchAsync does not always leave a discarded range
@@ -69,13 +67,8 @@ void DeviceArena::allocate_managed() {
 
 void DeviceArena::allocate_mapped() {
   vmm_ = Vmm::load();
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = options_.device;
-  size_t granularity = 0;
-  check(vmm_.granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
-        "cuMemGetAllocationGranularity");
+  const CUmemAllocationProp prop = device_allocation(options_.device);
+  const size_t granularity = vmm_.recommended_granularity(prop);
   const auto g = static_cast<int64_t>(granularity);
   mapped_bytes_ = static_cast<size_t>((bytes_ + g - 1) / g * g);
   check(vmm_.reserve(&mapped_base_, mapped_bytes_, granularity, 0, 0), "cuMemAddressReserve");

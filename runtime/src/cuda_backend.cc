@@ -415,17 +415,7 @@ class CudaBackend final : public Backend {
   };
 
   static cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
-  cudaMemLocation host_location() const {
-    cudaMemLocation l{};
-    l.type = cudaMemLocationTypeHost;
-    return l;
-  }
-  cudaMemLocation device_location() const {
-    cudaMemLocation l{};
-    l.type = cudaMemLocationTypeDevice;
-    l.id = options_.device;
-    return l;
-  }
+  cudaMemLocation device_location() const { return rt::device_location(options_.device); }
   State& state(const Tensor& t) { return tensors_[static_cast<size_t>(t.id)]; }
 
   void select_device() {

@@ -34,6 +34,28 @@ inline std::string gib(int64_t bytes) {
   return text;
 }
 
+// Where unified memory lives, as the CUDA 13 calls that take a cudaMemLocation name it.
+inline cudaMemLocation host_location() {
+  cudaMemLocation l{};
+  l.type = cudaMemLocationTypeHost;
+  return l;
+}
+inline cudaMemLocation device_location(int device) {
+  cudaMemLocation l{};
+  l.type = cudaMemLocationTypeDevice;
+  l.id = device;
+  return l;
+}
+
+// Pinned memory on `device`, as cuMemCreate takes it.
+inline CUmemAllocationProp device_allocation(int device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
 // The driver entry points of the virtual memory management API.
 struct Vmm {
   decltype(&cuMemAddressReserve) reserve = nullptr;
@@ -44,6 +66,13 @@ struct Vmm {
   decltype(&cuMemUnmap) unmap = nullptr;
   decltype(&cuMemSetAccess) set_access = nullptr;
   decltype(&cuMemGetAllocationGranularity) granularity = nullptr;
+
+  // The granularity the driver recommends for allocations of `prop`.
+  size_t recommended_granularity(const CUmemAllocationProp& prop) const {
+    size_t g = 0;
+    check(granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), "cuMemGetAllocationGranularity");
+    return g;
+  }
 
   static Vmm load() {
     Vmm v;

@@ -374,12 +374,7 @@ std::optional<SubAllocator::Taken> CudaPool::take(SubAllocator& sub, int64_t byt
   return taken;
 }
 
-cudaMemLocation CudaPool::device_location() const {
-  cudaMemLocation l{};
-  l.type = cudaMemLocationTypeDevice;
-  l.id = options_.device;
-  return l;
-}
+cudaMemLocation CudaPool::device_location() const { return rt::device_location(options_.device); }
 
 void CudaPool::allocate_managed() {
   managed_bytes_ = static_cast<size_t>(capacity_) / kManagedChunk * kManagedChunk;

@@ -105,12 +105,8 @@ void CudaPool::drop_holds(const void* owner) {
 
 void CudaPool::reserve_addresses() {
   vmm_ = Vmm::load();
-  prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop_.location.id = options_.device;
-  size_t granularity = 0;
-  check(vmm_.granularity(&granularity, &prop_, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
-        "cuMemGetAllocationGranularity");
+  prop_ = device_allocation(options_.device);
+  const size_t granularity = vmm_.recommended_granularity(prop_);
   chunk_ = options_.chunk_bytes > 0
                ? static_cast<size_t>(round_up(options_.chunk_bytes,
                                               static_cast<int64_t>(granularity)))

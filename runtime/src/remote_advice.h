@@ -37,9 +37,9 @@ class RemoteAdvice {
       s.before.type = type;
       s.before.id = id;
     }
-    check(cudaMemAdvise(p, n, cudaMemAdviseSetPreferredLocation, host()),
+    check(cudaMemAdvise(p, n, cudaMemAdviseSetPreferredLocation, host_location()),
           "cudaMemAdvise(SetPreferredLocation host) of '" + name + "'");
-    check(cudaMemAdvise(p, n, cudaMemAdviseSetAccessedBy, device()),
+    check(cudaMemAdvise(p, n, cudaMemAdviseSetAccessedBy, device_location(device_)),
           "cudaMemAdvise(SetAccessedBy device) of '" + name + "'");
     s.advised = true;
   }
@@ -51,7 +51,7 @@ class RemoteAdvice {
     s.advised = false;
     const auto n = static_cast<size_t>(bytes);
     if (s.before.type == cudaMemLocationTypeInvalid) {
-      check(cudaMemAdvise(p, n, cudaMemAdviseUnsetPreferredLocation, host()),
+      check(cudaMemAdvise(p, n, cudaMemAdviseUnsetPreferredLocation, host_location()),
             "cudaMemAdvise(UnsetPreferredLocation) of '" + name + "'");
     } else {
       check(cudaMemAdvise(p, n, cudaMemAdviseSetPreferredLocation, s.before),
@@ -64,18 +64,6 @@ class RemoteAdvice {
     bool advised = false;
     cudaMemLocation before{};  // type cudaMemLocationTypeInvalid: none (or mixed)
   };
-  static cudaMemLocation host() {
-    cudaMemLocation l{};
-    l.type = cudaMemLocationTypeHost;
-    return l;
-  }
-  cudaMemLocation device() const {
-    cudaMemLocation l{};
-    l.type = cudaMemLocationTypeDevice;
-    l.id = device_;
-    return l;
-  }
-
   std::vector<Slot> slots_;
   int device_;
 };
