@@ -11,9 +11,11 @@
 //               its last use replaces its prefetch: x is evicted once and never comes back.
 //   chosen      at each step s whose unavoidable bytes (plan/gaps.h) exceed the budget by
 //               e > 0, the eligible inputs of least total bytes that cover e (ties: fewer
-//               tensors, then the lower tensor ids). Each chosen tensor is then off at s in
-//               every plan that meets the budget: the set is the least that covers e, so no
-//               part of it can stay.
+//               tensors, then the lower tensor ids); a step with more than 12 eligible inputs
+//               takes the largest first and drops those not needed, which covers e but may
+//               hold more bytes. Either way no chosen tensor can be left out of the set
+//               without falling short of e, so each is off at s in every plan that meets the
+//               budget.
 //   cost        the step takes Mechanism::remote_read.time_us(bytes) longer per tensor read,
 //               which is fixed by the choice: it is added to the step's compute time
 //               (extra_us) for the search, the simulator and the bound alike.

@@ -442,15 +442,22 @@ def _():
     return ""
 
 
+def tiny_plan_args(*extra):
+    """autovm-plan's command line for the tiny model at batch 4 with momentum (its ONNX export
+    made once), then `extra`."""
+    onnx_path = os.path.join(tmp, "tiny.onnx")
+    if not os.path.exists(onnx_path):
+        autovm.export_onnx(tiny, xt, onnx_path)
+    return [PLAN_EXE, onnx_path, "--batch", "4", "--optimizer", "momentum", *extra]
+
+
 @case("a plan recomputing an op the adapter cannot replay is refused; recompute= takes "
       "replayable ops only")
 def _():
     import subprocess
-    onnx_path = os.path.join(tmp, "tiny.onnx")
-    autovm.export_onnx(tiny, xt, onnx_path)
     out = os.path.join(tmp, "tiny-recompute.json")
-    base = [PLAN_EXE, onnx_path, "--batch", "4", "--optimizer", "momentum", "--device", SLOW_LINK,
-            "--movable", "activation,input", *SMALL_WS, "--quiet"]
+    base = tiny_plan_args("--device", SLOW_LINK, "--movable", "activation,input", *SMALL_WS,
+                          "--quiet")
     low = json.loads(subprocess.run(base + ["--budget", "min"], check=True, capture_output=True,
                                     text=True).stdout)["options"]["budget_bytes"]
     for extra in range(0, 400000, 20000):  # a budget whose plan recomputes a convolution
@@ -477,10 +484,8 @@ def _():
       "keeps its working sets resident")
 def _():
     import subprocess
-    onnx_path = os.path.join(tmp, "tiny.onnx")
-    autovm.export_onnx(tiny, xt, onnx_path)
     out = os.path.join(tmp, "tiny-remote.json")
-    base = [PLAN_EXE, onnx_path, "--batch", "4", "--optimizer", "momentum", *SMALL_WS, "--quiet"]
+    base = tiny_plan_args(*SMALL_WS, "--quiet")
 
     def least(*extra):
         r = subprocess.run(base + ["--budget", "min", *extra], check=True, capture_output=True,
@@ -513,12 +518,9 @@ def _():
     # autovm.plan() moves activations only now; a plan that may move persistent kinds alone is
     # made with autovm-plan itself, so that it certainly evicts something the adapter cannot.
     import subprocess
-    onnx_path = os.path.join(tmp, "tiny.onnx")
-    autovm.export_onnx(tiny, xt, onnx_path)
     out = os.path.join(tmp, "tiny-persistent.json")
-    subprocess.run([PLAN_EXE, onnx_path, "--batch", "4", "--optimizer", "momentum",
-                    "--no-recompute", "--movable", "parameter,optimizer_state", "--budget", "min",
-                    *SMALL_WS, "-o", out, "--quiet"], check=True)
+    subprocess.run(tiny_plan_args("--no-recompute", "--movable", "parameter,optimizer_state",
+                                  "--budget", "min", *SMALL_WS, "-o", out, "--quiet"), check=True)
     p = autovm.load_plan(out)
     if not any(p.tensors[a["tensor"]]["kind"] in ("parameter", "optimizer_state")
                for a in p.actions):

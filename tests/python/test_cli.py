@@ -253,7 +253,8 @@ with tempfile.TemporaryDirectory() as tmp:
     case("VGG-19 b256 at 8 GB without remote reads", vgg + ["--budget", "8GB", "--no-remote-reads"], 6,
          "smallest budget that works", "10.1 GB")
     case("VGG-19 b256 at 8 GB on pinned_copy", vgg + ["--budget", "8GB", "--mechanism", "pinned_copy"], 6,
-         "smallest budget that works")
+         "smallest budget that works", "'pinned_copy' cannot read host memory remotely",
+         "--mechanism prefetch|staged|mapped")
     low = case("VGG-19 b256 --budget min reads remotely", vgg + ["--budget", "min", "--quiet"], 0,
                stream="stdout")
     least = json.loads(low.stdout)["options"]["budget_bytes"] if low.returncode == 0 else 0

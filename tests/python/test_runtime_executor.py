@@ -243,6 +243,7 @@ def _():
         return f"stats {s}"
     if {c[0] for c in calls} != {"begin", "end"}:
         return f"calls other than the steps': {sorted({c[0] for c in calls})}"
+    return ""
 
 
 sys.exit(finish())

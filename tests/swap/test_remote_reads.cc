@@ -27,10 +27,9 @@ Mechanism remote_link() {  // the slow link, and kernels read host memory at 0.5
 
 // a, b, c, d: 100 B activations.
 //   step 0: a = A()     step 1: b = B(a)     step 2: c = C(a, b)     step 3: d = D(c)
-// Working sets: 100, 200, 300, 200. Step 2 is the last use of both a and b, each used before:
-// both are eligible there; nothing is eligible elsewhere (step 1 reads a, which step 2 reads
-// again; step 3 reads c, written just before, but c's last use is 3 and it was used at 2:
-// eligible, 100 B). Floors with every eligible input read remotely: 100, 200, 100, 100.
+// Working sets: 100, 200, 300, 200. Eligible (read for the last time, used before): a and b at
+// step 2, c at step 3; not a at step 1 (step 2 reads it again). Floors with every eligible
+// input read remotely: 100, 200, 100, 100.
 TrainingGraph two_last_readers() {
   return graph_of({100, 100, 100, 100},
                   {{"A", {}, {0}}, {"B", {0}, {1}}, {"C", {0, 1}, {2}}, {"D", {2}, {3}}});
@@ -114,6 +113,37 @@ TEST_CASE("the least bytes that cover the excess, whichever inputs they are") {
   CHECK(chosen(125) == std::vector<TensorId>{2});
   // Nothing over: no reads.
   CHECK(choose_remote_reads(g, life, 165, {}, remote_link()).empty());
+}
+
+TEST_CASE("a step with more inputs than are searched whole: the largest first, then what is "
+          "not needed dropped") {
+  // Thirteen inputs of 10, 20, ..., 130 B that step 13 reads for the last time, writing 5 B.
+  // It holds 915 B; at budget 665 the excess is 250. The largest first: 130 + 120 = 250 covers
+  // it, and neither may go. At budget 695 (excess 220): 130 + 120 = 250; dropping either falls
+  // short, so both stay (the least cover, 130 + 90, is not searched for this many inputs). At
+  // budget 800 (excess 115): 130 alone.
+  std::vector<int64_t> bytes;
+  std::vector<StepSpec> steps;
+  std::vector<TensorId> inputs;
+  for (TensorId t = 0; t < 13; ++t) {
+    bytes.push_back(10 * (t + 1));
+    steps.push_back({"P", {}, {t}});
+    inputs.push_back(t);
+  }
+  bytes.push_back(5);
+  steps.push_back({"R", inputs, {13}});
+  TrainingGraph g = graph_of(bytes, steps);
+  auto life = compute_lifetimes(g);
+  auto chosen = [&](int64_t budget) {
+    std::vector<TensorId> ids;
+    for (const RemoteRead& r : choose_remote_reads(g, life, budget, {}, remote_link()).reads)
+      ids.push_back(r.tensor);
+    return ids;
+  };
+  CHECK(remote_floor_bytes(g, life, {})[13] == 5);
+  CHECK(chosen(665) == std::vector<TensorId>{11, 12});
+  CHECK(chosen(695) == std::vector<TensorId>{11, 12});
+  CHECK(chosen(800) == std::vector<TensorId>{12});
 }
 
 TEST_CASE("what a step may not read remotely") {
