@@ -44,7 +44,7 @@ int64_t max_of(const std::vector<int64_t>& v) {
 }
 
 Prediction predict(const std::string& policy, const SimResult& sim, int64_t resident_peak,
-                   int64_t budget) {
+                   int64_t budget, StepTimeSource source = {}) {
   Prediction p;
   p.policy = policy;
   p.fits = resident_peak <= budget;
@@ -55,7 +55,7 @@ Prediction predict(const std::string& policy, const SimResult& sim, int64_t resi
   p.bytes_to_host = sim.bytes_to_host;
   p.bytes_to_device = sim.bytes_to_device;
   p.resident_peak_bytes = resident_peak;
-  p.calibrated = policy == "autovm" || step_time_calibrated(policy);
+  p.calibrated = policy == "autovm" || step_time_calibrated(policy, source);
   return p;
 }
 
@@ -174,16 +174,18 @@ void plan_under_budget(Plan& plan) {
   if (plan.options.explain_bound) plan.bound_terms = std::make_shared<StepTimeBound>(lower);
   timer.done("  prediction and bound");
   if (!swaps) return;
-  plan.baselines.push_back(predict("no_swap", resident, plan.timeline.peak_bytes, budget));
+  const StepTimeSource source{plan.options.autocast != training::Autocast::none,
+                              !plan.options.step_times_file.empty()};
+  plan.baselines.push_back(predict("no_swap", resident, plan.timeline.peak_bytes, budget, source));
   plan.baselines.push_back(predict(
       "demand_paging",
       simulate_demand_paging(g, plan.lifetimes, plan.compute_us, budget, device),
-      std::min(plan.timeline.peak_bytes, budget), budget));
+      std::min(plan.timeline.peak_bytes, budget), budget, source));
   for (const BaselinePlan& b : {baseline_vdnn(g, plan.lifetimes, mech.name),
                                 baseline_save_on_cpu(g, plan.lifetimes, mech.name),
                                 baseline_checkpoint(g, plan.lifetimes)})
     plan.baselines.push_back(predict(b.policy, simulate(g, b.actions, plan.compute_us, mech, device),
-                                     b.resident_peak_bytes, budget));
+                                     b.resident_peak_bytes, budget, source));
   timer.done("  baselines");
 }
 

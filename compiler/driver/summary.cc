@@ -194,6 +194,12 @@ std::string plan_summary(const Plan& plan) {
     line("", fmt::format("{:.2f}x no-swap ({}), {:.2f}x the lower bound ({})",
                          p.step_time_us / plan.no_swap_step_time_us, ms(plan.no_swap_step_time_us),
                          p.step_time_us / plan.bound_us, ms(plan.bound_us)));
+    if (plan.options.autocast != training::Autocast::none && plan.options.step_times_file.empty())
+    {
+      line("", fmt::format("under autocast {} the cost model is not calibrated to 1.5x "
+                           "(docs/baselines.md);", training::name(plan.options.autocast)));
+      line("", "--step-times replaces it with measured step times");
+    }
     // A baseline's step time only where its model was checked against measurement (baselines.h).
     for (const Prediction& b : plan.baselines)
       line("baseline",

@@ -168,7 +168,8 @@ BaselinePlan baseline_checkpoint(const TrainingGraph& g, const std::vector<Lifet
   return finish("checkpoint", std::move(actions), g, life);
 }
 
-bool step_time_calibrated(const std::string& policy) {
+bool step_time_calibrated(const std::string& policy, StepTimeSource source) {
+  if (source.low_precision && !source.measured_steps) return false;
   return policy == "no_swap" || policy == "checkpoint";
 }
 

@@ -37,8 +37,15 @@
 namespace autovm {
 
 // Whether `policy`'s predicted step time has been measured to within 1.5x (docs/baselines.md):
-// no_swap and checkpoint. demand_paging, vdnn and save_on_cpu have not.
-bool step_time_calibrated(const std::string& policy);
+// no_swap and checkpoint, in fp32, or in any precision when the step times are measured ones
+// (autovm-plan --step-times). Under autocast the cost model's steps were not measured to within
+// 1.5x (docs/baselines.md, "Under autocast"), so there neither is. demand_paging, vdnn and
+// save_on_cpu have not been.
+struct StepTimeSource {
+  bool low_precision = false;   // --autocast bf16|fp16
+  bool measured_steps = false;  // --step-times
+};
+bool step_time_calibrated(const std::string& policy, StepTimeSource source);
 
 struct BaselinePlan {
   std::string policy;

@@ -277,6 +277,28 @@ with tempfile.TemporaryDirectory() as tmp:
                   for p in ("demand_paging", "vdnn", "save_on_cpu")))
     results.append(ok)
     print(f"{'PASS' if ok else 'FAIL'} baselines: step times printed only where calibrated {marks}")
+    # Under autocast no baseline is calibrated (docs/baselines.md, "Under autocast"), unless the
+    # step times are measured ones, and the summary says the plan's own prediction is not either.
+    low_precision = ["--batch", "256", "--optimizer", "momentum", "--budget", "8GB", "--autocast",
+                     "bf16", "--device", "h200-pcie"]
+    r = run(os.path.join(MODELS, "vgg19.onnx"), *low_precision)
+    base = json.loads(r.stdout)["statistics"]["baselines"] if r.returncode == 0 else []
+    marks = {b["policy"]: b.get("calibrated") for b in base}
+    printed = [l for l in r.stderr.splitlines() if l.strip().startswith("baseline") and " ms (" in l]
+    ok = (len(marks) == 5 and not any(marks.values()) and not printed
+          and "under autocast bf16 the cost model is not calibrated" in r.stderr)
+    steps = os.path.join(tmp, "steps.json")
+    with open(steps, "w") as f:
+        json.dump({"step_us": [100.0] * len(json.loads(r.stdout)["steps"])} if r.returncode == 0
+                  else {"step_us": []}, f)
+    m = run(os.path.join(MODELS, "vgg19.onnx"), *low_precision, "--step-times", steps)
+    measured = {b["policy"]: b.get("calibrated")
+                for b in (json.loads(m.stdout)["statistics"]["baselines"] if m.returncode == 0 else [])}
+    ok = ok and measured.get("no_swap") is True and measured.get("checkpoint") is True \
+        and "not calibrated" not in m.stderr
+    results.append(ok)
+    print(f"{'PASS' if ok else 'FAIL'} autocast: no baseline calibrated {marks}; with --step-times "
+          f"{measured}")
     # The PyTorch table's hardest row, planned from what the H200 measured (data/h200/README.md):
     # ResNet-50 b256 recomputing at 4,245,208,576 B with PyTorch's memory model. bound(66) (layer2.2's
     # Add) holds 159.0 ms: 1.12 GB of three 822 MB tensors that no chain can make again, so two
