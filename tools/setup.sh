@@ -8,10 +8,11 @@ set -euo pipefail
 AUTOVM_BUILD_PACKAGES=(g++ pkg-config meson ninja-build libonnx-dev libprotobuf-dev
   nlohmann-json3-dev libfmt-dev libssl-dev)
 # What the tests take beyond that (tools/test): doctest; PyTorch, torchvision and ONNX's Python
-# package for the adapter and the exported models; clang, which compiles every unit a second time
-# (the clang_compile test); jsonschema for the plan schema; pip,
-# setuptools and venv for installing the Python package.
-AUTOVM_TEST_PACKAGES=(doctest-dev clang python3-torch python3-torchvision python3-onnx
+# package for the adapter and the exported models; torch's C++ headers, for the allocator shim
+# (python/autovm/torch_oom.cpp); clang, which compiles every unit a second time (the
+# clang_compile test); jsonschema for the plan schema; pip, setuptools and venv for installing
+# the Python package.
+AUTOVM_TEST_PACKAGES=(doctest-dev clang python3-torch python3-torchvision python3-onnx libtorch-dev
   python3-jsonschema python3-pip python3-setuptools python3-wheel python3-venv)
 
 # Installs those of the packages named that are not installed.

@@ -18,11 +18,18 @@ pool and freed tensors stay in PyTorch's cache. A MemPool is also thread-local (
 backward thread does not allocate from it unless torch.autograd.set_multithreading_enabled is
 False). tools/bench/allocator_overhead.py times both against the caching allocator.
 
+Out of memory. install() routes the pool through a small shim compiled against the process's
+torch (torch_oom.py, cached after its first build), so that a refusal raises PyTorch's own
+out-of-memory error: torch.cuda.OutOfMemoryError in Python, and cuDNN tries a convolution
+algorithm with a smaller workspace, as on a GPU of that size. Where the shim cannot be built
+(no C++ compiler or torch headers; install() warns) or AUTOVM_TORCH_OOM=0, a refusal is a
+RuntimeError from inside PyTorch and the convolution fails. out_of_memory_error() says which;
+out_of_memory_errors() adds the pool's figures to either, as torch.cuda.OutOfMemoryError.
+
 Limits of the global allocator (README.md, "Memory the runtime owns"):
 torch.cuda.memory_allocated / max_memory_allocated / memory_stats raise (use stats()),
 cudnn.benchmark fails, CUDA graphs do not work, torch.cuda.empty_cache() does nothing (use
-trim()). An exhausted pool raises a RuntimeError from inside PyTorch: out_of_memory_errors()
-turns it into torch.cuda.OutOfMemoryError carrying the pool's figures.
+trim()).
 """
 import contextlib
 import ctypes
@@ -81,15 +88,43 @@ def install(memory="managed", capacity_bytes=0, allow_oversubscribe=False, devic
     import torch
 
     lib = _configure(memory, capacity_bytes, allow_oversubscribe, device, lib_path, chunk_bytes)
-    hooks = torch.cuda.memory.CUDAPluggableAllocator(lib.path, "autovm_torch_alloc",
-                                                     "autovm_torch_free")
+    hooks, errors = _global_hooks(torch, lib)
     try:
         torch.cuda.memory.change_current_allocator(hooks)
     except RuntimeError as e:
         raise AutoVMError(f"cannot install the autovm allocator: {e}. Install it before the "
                           "first CUDA tensor (and before torch.cuda.set_device or "
                           "current_device, which start PyTorch's allocator)") from None
-    _state.update(lib=lib, mode="global", hooks=hooks, memory=memory)
+    _state.update(lib=lib, mode="global", hooks=hooks, memory=memory, errors=errors)
+
+
+def _global_hooks(torch, lib):
+    """(the CUDAPluggableAllocator, what a refusal raises): through the shim of torch_oom.py
+    ("torch.OutOfMemoryError"), else libautovm's own hooks ("RuntimeError"), with a warning
+    that says why the shim is not there."""
+    from . import torch_oom
+
+    if torch_oom.enabled():
+        try:
+            path = torch_oom.build()
+            _state["shim"] = torch_oom.bind(path, lib)
+            return (torch.cuda.memory.CUDAPluggableAllocator(path, torch_oom.ALLOC,
+                                                             torch_oom.FREE),
+                    "torch.OutOfMemoryError")
+        except torch_oom.ShimUnavailable as e:
+            import warnings
+            warnings.warn(f"{e}. Without it a refusal of the pool is a RuntimeError, and cuDNN "
+                          "cannot fall back to a convolution algorithm with a smaller "
+                          "workspace", RuntimeWarning, stacklevel=3)
+    return (torch.cuda.memory.CUDAPluggableAllocator(lib.path, "autovm_torch_alloc",
+                                                     "autovm_torch_free"), "RuntimeError")
+
+
+def out_of_memory_error():
+    """What an allocation the installed global pool refuses raises: "torch.OutOfMemoryError"
+    (through the shim, python/autovm/torch_oom.py), "RuntimeError" (libautovm's own hooks), or
+    None when no global pool is installed."""
+    return _state.get("errors") if _state["mode"] == "global" else None
 
 
 def install_mempool(memory="managed", capacity_bytes=0, allow_oversubscribe=False, device=0,
@@ -202,7 +237,8 @@ def describe():
 @contextlib.contextmanager
 def out_of_memory_errors():
     """Inside: an allocation the pool refuses raises torch.cuda.OutOfMemoryError with the
-    pool's figures (under the global allocator PyTorch reports it as a RuntimeError)."""
+    pool's figures (without the shim, under the global allocator PyTorch reports it as a
+    RuntimeError)."""
     import torch
 
     try:

@@ -328,7 +328,9 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     autovm.allocator's pool as PyTorch's allocator the measured workspaces are planned whole
     (autovm-plan --workspaces-as-measured), and a budget that cannot hold them is refused
     (PlannerError, exit_code 6): cuDNN falls back to a smaller workspace only on PyTorch's own
-    out-of-memory exception, so it would take the whole one whatever the plan said. A dict
+    out-of-memory exception, so it would take the whole one whatever the plan said; except on
+    the vmm pool with its allocator shim (torch_oom.py), whose refusals past the budget are
+    that exception: there the workspaces are cut as on a real GPU of that size. A dict
     ({"convolutions": [...]}) or a JSON file's path: use it as it is; None: the estimate.
 
     The Plan returned has requested_budget_bytes (the budget asked for) and
@@ -453,10 +455,11 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
             try:
                 measured = ["--conv-workspaces",
                             _json_file(workspaces, tmp, "conv-workspaces.json")]
-                if _pool_is_torchs():
+                if _pool_is_torchs() and not _pool_cuts_workspaces():
                     # cuDNN falls back to an algorithm with a smaller workspace only on
-                    # PyTorch's own out-of-memory exception, never on the pool's refusal: a
-                    # workspace cut to the budget would be taken whole all the same.
+                    # PyTorch's own out-of-memory exception, and only when the allocation past
+                    # the budget is refused: a workspace cut to the budget would otherwise be
+                    # taken whole all the same.
                     if "--workspaces-as-measured" not in flags:
                         raise ToolNotFoundError(f"{exe} has no --workspaces-as-measured "
                                                 f"option: rebuild autovm-plan")
@@ -466,6 +469,8 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
             except PlannerError as e:
                 if e.exit_code != 6:
                     raise
+                if _pool_cuts_workspaces():
+                    raise  # cut to what each step can hold, and still no plan: too small
                 if executor == "runtime" or _pool_is_torchs():
                     # On libautovm's pool, cuDNN cannot fall back to a smaller workspace: it
                     # does so only on PyTorch's own out-of-memory exception (calibrate.py).
@@ -492,6 +497,19 @@ def _pool_is_torchs():
     from . import allocator
 
     return allocator.installed() == "global"
+
+
+def _pool_cuts_workspaces():
+    """Whether cuDNN meets the budget on autovm.allocator's pool as a GPU of that size would:
+    the pool is PyTorch's allocator on vmm memory, whose limit (the budget, for a calibrated
+    plan: runtime_executor.make_runtime) refuses what passes it, and the refusal is PyTorch's
+    own out-of-memory error (the shim, torch_oom.py), on which cuDNN takes an algorithm with a
+    smaller workspace. Then measured workspaces are planned cut to what each step can hold
+    (autovm-plan's workspace fit), as on a real GPU of that size."""
+    from . import allocator
+
+    return (_pool_is_torchs() and allocator.memory() == "vmm"
+            and allocator.out_of_memory_error() == "torch.OutOfMemoryError")
 
 
 def _conv_workspaces(value, calibrating, model, x, autocast):

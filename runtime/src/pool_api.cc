@@ -306,6 +306,15 @@ void* autovm_torch_segment_alloc(size_t size, int device, void* stream) {
   return p;
 }
 
+autovm_status autovm_torch_try_alloc(size_t size, int device, void* stream, void** out) {
+  const char* const self = __func__;
+  return guard([&] {
+    need(out, self, "out");
+    auto& pool = *torch_pool_or_throw()->pool;
+    named(self, [&] { *out = pool.allocate(static_cast<int64_t>(size), device, stream); });
+  });
+}
+
 void autovm_torch_free(void* ptr, size_t, int, void* stream) {
   guard([&] {
     auto& pool = *torch_pool_or_throw()->pool;

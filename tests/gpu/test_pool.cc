@@ -473,6 +473,18 @@ TEST_CASE("PyTorch's hooks: the torch pool as configured, and out of memory as a
   }
   CHECK(threw);
   CHECK(autovm_torch_segment_alloc(512 * kMiB, 0, nullptr) == nullptr);
+  // The C API form the allocator shim calls (python/autovm/torch_oom.cpp): a refusal is
+  // AUTOVM_ERR_OUT_OF_MEMORY, another device another error, and neither writes *out.
+  void* q = reinterpret_cast<void*>(1);
+  CHECK(autovm_torch_try_alloc(512 * kMiB, 0, nullptr, &q) == AUTOVM_ERR_OUT_OF_MEMORY);
+  CHECK(q == reinterpret_cast<void*>(1));
+  CHECK(std::string(autovm_last_error()).find("out of memory") != std::string::npos);
+  CHECK(autovm_torch_try_alloc(kMiB, 1, nullptr, &q) == AUTOVM_ERR_INVALID_ARGUMENT);
+  CHECK(autovm_torch_try_alloc(kMiB, 0, nullptr, nullptr) == AUTOVM_ERR_INVALID_ARGUMENT);
+  REQUIRE(autovm_torch_try_alloc(kMiB, 0, nullptr, &q) == AUTOVM_OK);
+  CHECK(q != nullptr);
+  CHECK(stats_of(pool).allocated_bytes == 11 * kMiB);
+  autovm_torch_free(q, kMiB, 0, nullptr);
   autovm_torch_free(p, 10 * kMiB, 0, nullptr);
   CHECK(stats_of(pool).allocated_bytes == 0);
 }

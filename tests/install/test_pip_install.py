@@ -53,9 +53,13 @@ if mode == "path":
     plan = autovm.plan(model, torch.randn(4, 3, 16, 16), opt)
     with open(plan.path) as f:
         options = json.load(f)["options"]
+    from autovm import torch_oom
+    shim = torch_oom.build()  # from the installed package's torch_oom.cpp, into ~/.cache/autovm
     print(json.dumps({"planner": [exe, how], "library": [lib, lib_how],
                       "batch": options["batch"], "optimizer": options["optimizer"],
-                      "steps": len(plan.steps)}))
+                      "steps": len(plan.steps),
+                      "shim": [os.path.realpath(torch_oom.SOURCE).startswith(os.path.realpath(venv)),
+                               os.path.isfile(shim)]}))
 elif mode == "config":
     exe, how = locate.planner()
     lib, lib_how = locate.library()
@@ -126,6 +130,8 @@ def users(py, prefix, venv, clean, tmp):
               out["library"])
         check("the plan is the model's", out["batch"] == 4 and out["optimizer"] == "momentum"
               and out["steps"] > 0, out)
+        check("the installed package builds its allocator shim (torch_oom.cpp installed)",
+              out["shim"] == [True, True], out["shim"])
 
     r = subprocess.run([py, "-m", "autovm"], capture_output=True, text=True, env=env, cwd=work)
     check("python -m autovm names what it found", r.returncode == 0

@@ -6,7 +6,10 @@ and on managed memory behind a torch.cuda.MemPool; then DDP with one rank (NCCL)
 allocator and on each pool. Every run's losses and final weights are bit-identical to the
 caching allocator's. In the pool runs: the pool's peak covers the model, find() maps an address
 inside a tensor to that tensor's range, and a request beyond the capacity raises
-torch.cuda.OutOfMemoryError with the pool's figures, after which training goes on.
+torch.cuda.OutOfMemoryError with the pool's figures, after which training goes on. On the global
+pools that error comes unwrapped too (the allocator shim, autovm/torch_oom.py), and on the vmm
+pool a convolution under a limit of its tensors plus 64 MiB runs: cuDNN falls back to an
+algorithm with a smaller workspace.
 
 usage: test_allocator_gpu.py --lib LIBAUTOVM   (exits 77, skipped, without a CUDA GPU)
        test_allocator_gpu.py --child ALLOCATOR [--ddp] --lib LIBAUTOVM   (one run, JSON out)
@@ -88,6 +91,30 @@ def child(allocator, ddp, lib):
             out["oom"] = str(e)
         with ctx():
             out["after_oom"] = torch.ones(1000, device="cuda").sum().item()
+    if allocator in ("managed", "vmm"):
+        # Through the shim (autovm/torch_oom.py) a refusal is PyTorch's own error, unwrapped.
+        out["errors"] = pool.out_of_memory_error()
+        try:
+            torch.empty(CAPACITY + (1 << 30), dtype=torch.uint8, device="cuda")
+            out["raw_oom"] = "no error"
+        except torch.cuda.OutOfMemoryError:
+            out["raw_oom"] = "OutOfMemoryError"
+        except RuntimeError:
+            out["raw_oom"] = "RuntimeError"
+    if allocator == "vmm":
+        # cuDNN falls back to an algorithm with a smaller workspace when the pool refuses the
+        # fast one's: a convolution under a limit of its tensors plus 64 MiB still runs.
+        conv = torch.nn.Conv2d(64, 64, 3, padding=1).cuda()
+        xx = torch.randn(32, 64, 224, 224, device="cuda", requires_grad=True)
+        torch.cuda.synchronize()
+        held = pool.stats()["resident_bytes"]
+        try:
+            with pool.limit(held + 3 * xx.numel() * xx.element_size() + (64 << 20)):
+                conv(xx).sum().backward()
+                torch.cuda.synchronize()
+            out["fallback"] = "ran"
+        except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
+            out["fallback"] = f"{type(e).__name__}: {str(e)[:300]}"
     print(json.dumps(out))
 
 
@@ -156,6 +183,13 @@ def main():
                                     f"{r['oom'][:300]}")
                 if r["after_oom"] != 1000.0:
                     failures.append(f"{label}: no training after the out-of-memory error")
+                if name in ("managed", "vmm") and (r.get("errors") != "torch.OutOfMemoryError"
+                                                   or r.get("raw_oom") != "OutOfMemoryError"):
+                    failures.append(f"{label}: a refusal is not PyTorch's own error (shim "
+                                    f"{r.get('errors')}, raised {r.get('raw_oom')})")
+                if name == "vmm" and r.get("fallback") != "ran":
+                    failures.append(f"{label}: cuDNN did not fall back to a smaller workspace "
+                                    f"under the pool's limit: {r.get('fallback')}")
     for f in failures:
         print("FAIL:", f)
     print("ok" if not failures else f"{len(failures)} failures")

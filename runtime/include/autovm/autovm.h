@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 /* The version of this header's API. autovm_version() returns the library's; they must match. */
-#define AUTOVM_API_VERSION 4
+#define AUTOVM_API_VERSION 5
 
 typedef enum autovm_status {
   AUTOVM_OK = 0,
@@ -530,6 +530,12 @@ AUTOVM_EXPORT autovm_status autovm_torch_pool(autovm_pool** out);
  * autovm_last_error. */
 AUTOVM_EXPORT void* autovm_torch_alloc(size_t size, int device, void* stream);
 AUTOVM_EXPORT void* autovm_torch_segment_alloc(size_t size, int device, void* stream);
+/* The same allocation as a C API call: *out the address (NULL for 0 bytes), and
+ * AUTOVM_ERR_OUT_OF_MEMORY when the pool refuses it, so that a caller compiled against the
+ * trainer's torch can raise PyTorch's own out-of-memory error (python/autovm/torch_oom.cpp);
+ * any other status is another failure (no pool, another device). */
+AUTOVM_EXPORT autovm_status autovm_torch_try_alloc(size_t size, int device, void* stream,
+                                                   void** out);
 AUTOVM_EXPORT void autovm_torch_free(void* ptr, size_t size, int device, void* stream);
 
 #ifdef __cplusplus
