@@ -82,6 +82,11 @@ options:
                         or recomputed; the others stay resident throughout, and --budget
                         min counts them (default: every kind). E.g. 'activation' for a
                         trainer that moves saved activations only
+  --movable-at-last-use KINDS
+                        tensors of these kinds (not in --movable) may leave the GPU only
+                        to be read remotely by the step that reads them last: a trainer
+                        that reaches them only then (the PyTorch adapter's activation
+                        gradients); never prefetched, discarded or recomputed
   --batch N             batch size; overrides the input's first dimension, symbolic or
                         fixed (default: the model's own, when fixed)
   --optimizer NAME      sgd (default), momentum or adam
@@ -163,6 +168,7 @@ struct Args {
   bool pytorch_memory = false;  // --memory-model pytorch
   bool bucket_given = false;
   bool recompute_ops_given = false;
+  bool movable_given = false;  // --movable
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -203,8 +209,9 @@ autovm::RecomputeOps parse_recompute_ops(const std::string& text) {
   return ops;
 }
 
-// --movable: comma-separated tensor kind names, as the plan JSON writes them.
-autovm::MovableKinds parse_movable(const std::string& text) {
+// --movable, --movable-at-last-use: comma-separated tensor kind names, as the plan JSON writes
+// them; the bits of the kinds named.
+uint32_t parse_kinds(const std::string& flag, const std::string& text) {
   autovm::MovableKinds kinds;
   kinds.bits = 0;
   std::string names;
@@ -218,9 +225,9 @@ autovm::MovableKinds parse_movable(const std::string& text) {
         known = true;
       }
     if (!known)
-      usage_error(fmt::format("--movable: unknown tensor kind '{}': use {}", item, names));
+      usage_error(fmt::format("{}: unknown tensor kind '{}': use {}", flag, item, names));
   }
-  return kinds;
+  return kinds.bits;
 }
 
 int64_t parse_count(const std::string& flag, const std::string& text) {
@@ -271,7 +278,10 @@ Args parse_args(int argc, char** argv, bool& done) {
       a.options.recompute_ops = parse_recompute_ops(value());
       a.recompute_ops_given = true;
     } else if (arg == "--movable") {
-      a.options.movable = parse_movable(value());
+      a.options.movable.bits = parse_kinds(arg, value());
+      a.movable_given = true;
+    } else if (arg == "--movable-at-last-use") {
+      a.options.movable.last_use_bits = parse_kinds(arg, value());
     } else if (arg == "--batch") {
       a.options.batch = parse_count(arg, value());
     } else if (arg == "--optimizer") {
@@ -333,6 +343,15 @@ Args parse_args(int argc, char** argv, bool& done) {
   if (a.bucket_given && !a.options.data_parallel.enabled) usage_error("--bucket-mb needs --data-parallel");
   if (a.recompute_ops_given && !a.options.allow_recompute)
     usage_error("--recompute-ops and --no-recompute contradict each other: give one");
+  if (const uint32_t both = a.options.movable.bits & a.options.movable.last_use_bits) {
+    std::string kinds;
+    for (int k = 0; k < autovm::kTensorKindCount; ++k)
+      if ((both >> k) & 1) kinds += fmt::format("{}{}", kinds.empty() ? "" : ", ", autovm::name(autovm::TensorKind(k)));
+    usage_error(fmt::format("--movable-at-last-use: {} {} fully movable already ({}): give "
+                            "--movable the kinds that move freely, without these",
+                            kinds, kinds.find(',') == std::string::npos ? "is" : "are",
+                            a.movable_given ? "in --movable" : "every kind is, without --movable"));
+  }
   const char* threads = std::getenv("AUTOVM_THREADS");  // empty: as if unset
   if (threads && *threads && !autovm::thread_count_from(threads))
     usage_error(fmt::format("AUTOVM_THREADS is '{}': set it to a whole number from 1 to 64, or "

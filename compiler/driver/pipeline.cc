@@ -122,7 +122,7 @@ void plan_under_budget(Plan& plan) {
   // out on another thread beside them (the gap-split gate and the prediction wait for it).
   auto work_out_bound = [&] {
     return lower_bound(g, life, plan.timeline.total, step_us, budget, mech,
-                       plan.options.movable, plan.options.allow_recompute,
+                       plan.options.movable.relaxed(), plan.options.allow_recompute,
                        plan.options.recompute_ops, plan.options.explain_bound);
   };
   std::future<StepTimeBound> bound_future = swaps ? async_or_deferred(work_out_bound)

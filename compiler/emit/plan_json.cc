@@ -151,6 +151,12 @@ void write_plan_json(const Plan& plan, const std::function<void(std::string_view
       if (o.movable.has(TensorKind(k))) w.value(name(TensorKind(k)));
     w.end_array();
   }
+  if (o.movable.last_use_bits & ~o.movable.bits) {  // --movable-at-last-use
+    w.key("movable_at_last_use").begin_array();
+    for (int k = 0; k < kTensorKindCount; ++k)
+      if (o.movable.at_last_use_only(TensorKind(k))) w.value(name(TensorKind(k)));
+    w.end_array();
+  }
   if (o.pool_indices) w.key("pool_indices").value(true);  // --pool-indices
   if (o.loss != training::Loss::cross_entropy) w.key("loss").value(training::name(o.loss));  // --loss
   if (o.autocast != training::Autocast::none) w.key("autocast").value(training::name(o.autocast));

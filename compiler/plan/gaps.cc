@@ -14,7 +14,12 @@ std::vector<Gap> find_gaps(const TrainingGraph& g, const std::vector<Lifetime>& 
   std::vector<Gap> gaps;
   for (const Tensor& t : g.tensors) {
     const Lifetime& l = life[static_cast<size_t>(t.id)];
-    if (t.bytes == 0 || l.uses.empty() || !movable.has(t.kind)) continue;
+    if (t.bytes == 0 || l.uses.empty() || !movable.reads_remotely(t.kind)) continue;
+    if (!movable.has(t.kind)) {  // at its last use only: the last step of the tail a remote
+      if (!l.persistent && l.uses.back() < l.last)  // read leaves (its lifetime's end)
+        gaps.push_back({t.id, l.last - 1, l.last + 1, false, true});
+      continue;
+    }
     for (size_t k = 1; k < l.uses.size(); ++k)
       if (l.uses[k] > l.uses[k - 1] + 1) gaps.push_back({t.id, l.uses[k - 1], l.uses[k], false});
     if (!l.persistent && l.uses.back() < l.last)
@@ -40,8 +45,10 @@ std::vector<int64_t> unavoidable_bytes(const TrainingGraph& g, const std::vector
   for (const Tensor& t : g.tensors) {
     const Lifetime& l = life[static_cast<size_t>(t.id)];
     if (t.bytes == 0) continue;
-    if (!movable.has(t.kind)) {  // resident over its whole lifetime
+    if (!movable.has(t.kind)) {  // resident over its whole lifetime, or but for its tail gap
       if (l.persistent) add(0, static_cast<StepIndex>(n) - 1, t.bytes);
+      else if (movable.at_last_use_only(t.kind) && !l.uses.empty() && l.uses.back() < l.last)
+        add(l.first, l.last - 1, t.bytes);  // off at the step that reads it remotely alone
       else add(l.first, l.last, t.bytes);
       continue;
     }

@@ -21,7 +21,9 @@
 // Movable kinds (autovm-plan --movable): a trainer may be able to take only some kinds of
 // tensor off the GPU (the PyTorch adapter moves saved activations only). A tensor of another
 // kind has no gap: it is resident over its whole lifetime (a persistent one over every step),
-// and counts as unavoidable there.
+// and counts as unavoidable there. A tensor of a kind that may leave at its last use only
+// (movable_kinds.h) has the last step of its tail gap alone (the step that reads it remotely),
+// and is unavoidable at every other step of its lifetime.
 #pragma once
 
 #include <vector>

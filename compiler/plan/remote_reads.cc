@@ -24,7 +24,7 @@ std::vector<TensorId> eligible_inputs(const TrainingGraph& g, const std::vector<
   for (TensorId x : s.inputs) {
     const Tensor& t = g.tensor(x);
     const Lifetime& l = life[size_t(x)];
-    if (t.bytes == 0 || !movable.has(t.kind) || l.persistent || l.uses.size() < 2 ||
+    if (t.bytes == 0 || !movable.reads_remotely(t.kind) || l.persistent || l.uses.size() < 2 ||
         l.uses.back() != s.id || x == s.workspace)
       continue;
     if (std::find(s.outputs.begin(), s.outputs.end(), x) != s.outputs.end()) continue;

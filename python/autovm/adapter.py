@@ -64,6 +64,7 @@ from .matching import BUCKET_PREFIX, MOVABLE_KINDS, _Matching, onnx_scope  # noq
 
 EXECUTORS = ("copy", "runtime")
 from .planner import (REMOTE_READ_EXECUTORS, RUNTIME_KINDS,  # noqa: F401 (autovm.RUNTIME_KINDS)
+                      RUNTIME_LAST_USE_KINDS,
                       optimizer_kind)
 from .replay import REPLAYABLE_OPS, _Replay
 from .trace import Stats, _Trace
@@ -130,6 +131,7 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
         self._check_data_parallel()
         warning = self._check_plan(unrealized)
         self._map_model()
+        self._map_gradients()
         self._check_optimizer()
         self._schedule()
         if executor == "runtime":
@@ -172,9 +174,11 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
             if a["kind"] == "discard" and a["tensor"] in self.kept:
                 t = p.tensors[a["tensor"]]
                 self.unrealized.append(("discard", t["kind"], t["name"], a["bytes"]))
+        remote_at = {(a["tensor"], a["ready_before_step"]) for a in remote}
         for a in p.actions:
             t = p.tensors[a["tensor"]]
-            if a["kind"] in ("evict", "prefetch") and t["kind"] not in self._movable:
+            if (a["kind"] in ("evict", "prefetch") and t["kind"] not in self._movable
+                    and not self._at_last_use(a, t, remote_at)):
                 self.unrealized.append((a["kind"], t["kind"], t["name"], a["bytes"]))
         if self.unrealized and unrealized != "ignore":
             kinds = {}
@@ -190,6 +194,14 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
                 raise PlanFitError(msg + " (attach(..., unrealized='warn') runs it anyway)")
             return msg
         return None
+
+    def _at_last_use(self, a, t, remote_at):
+        """Whether action `a` on plan tensor `t` is an activation gradient's eviction for the
+        remote read of the next step, its last use, which the runtime executor can run: it binds
+        the gradient just before that step (_map_gradients says which ones it reaches)."""
+        return (self.executor == "runtime" and t["kind"] in RUNTIME_LAST_USE_KINDS
+                and a["kind"] == "evict" and a["ready_before_step"] == a["after_step"] + 1
+                and (a["tensor"], a["ready_before_step"]) in remote_at)
 
     def _check_data_parallel(self):
         dp = self.plan.data_parallel

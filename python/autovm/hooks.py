@@ -6,6 +6,8 @@ _Hooks is a part of Attachment (adapter.py); it owns
   call's argument and outputs (matching.py) and call the plan boundary (Attachment._boundary)
   before the call's first step and after its last;
 - the pre hook on each such call's autograd node: the backward's boundaries;
+- the tensor hooks on a call's output and argument whose activation gradient the runtime
+  executor binds (_hook_gradient);
 - the saved-tensor hooks: _pack (a saved tensor -> _Entry, shared by every op that saves it;
   parameters, buffers and views of them stay as they are) and _unpack (the entry's tensor on
   the GPU again: waits for its copy back, copies it back late, or regenerates it);
@@ -124,9 +126,24 @@ class _Hooks:
             step.fwd_idx += 1
             step.current = call
             step.pending = []
-            self._name_input(step, call, _first_tensor(args))
+            x = _first_tensor(args)
+            self._name_input(step, call, x)
+            self._hook_gradient(self.call_input.get(call), x)
             self._boundary(step, self.first_fwd[call] - 1)
         return pre
+
+    def _hook_gradient(self, tid, t):
+        """The runtime executor binds plan tensor tid's activation gradient (grad_binds) when
+        autograd hands it to the backward of the op that made t: just before the step that reads
+        it last, where the plan reads it remotely (matching.py, _map_gradients)."""
+        gid = self.grad_binds.get(tid) if self.runtime is not None and tid is not None else None
+        if gid is None or t is None or not t.requires_grad or t.grad_fn is None:
+            return
+        runtime = self.runtime
+
+        def bind(grad):  # returns None: the gradient flows on unchanged
+            runtime.bind(gid, grad)
+        t.register_hook(bind)
 
     def _make_post(self, name):
         def post(module, args, output):
@@ -145,6 +162,7 @@ class _Hooks:
                 step.named[id(out)] = (main, weakref.ref(out), out._version)
                 if self.runtime is not None and main not in self.regen_groups:
                     self.runtime.bind(main, out, made=True)
+                self._hook_gradient(main, out)
             for e in step.pending:
                 if e.tid is not None:
                     continue

@@ -9,6 +9,7 @@ _Matching is a part of Attachment (adapter.py); it owns
   plan tensors matched by identity (identity_tids: each call's output and argument, the
   model's input, max pooling's indices); exporter-made constants among the plan's buffers are
   not the model's and are skipped;
+- the activation gradients the runtime executor binds (_map_gradients: grad_binds);
 - the plan's actions on tensors no saved tensor can be named as (_unmatched_actions,
   _check_unmatched: Attachment.unrealized, a warning or PlanFitError by the unrealized= policy);
 - the precision check of each forward against the plan's options.autocast (_check_precision)
@@ -161,6 +162,24 @@ class _Matching:
             made.update(p.steps[sid]["outputs"])
         return None
 
+    def _map_gradients(self):
+        """self.grad_binds: {plan tensor: its activation gradient's plan tensor} for the
+        tensors the adapter names by identity at a module call (its output, or its argument)
+        whose gradient the plan moves. The runtime executor binds such a gradient when autograd
+        hands it to the backward of the op that made the tensor (a tensor hook): the step that
+        reads it last is then about to run, which is where the plan may read it remotely
+        (autovm-plan --movable-at-last-use). Gradients of other tensors are not reachable."""
+        p = self.plan
+        moved = {a["tensor"] for a in p.actions if a["kind"] in ("evict", "read_remote")}
+        ids = {t["name"]: t["id"] for t in p.tensors if t["kind"] == "activation_grad"}
+        named = {p.steps[self.last_fwd[c]]["outputs"][0] for c in self.fwd_seq}
+        named.update(self.call_input.values())
+        self.grad_binds = {}
+        for tid in sorted(named):
+            gid = ids.get("grad/" + p.tensors[tid]["name"])
+            if gid is not None and gid in moved:
+                self.grad_binds[tid] = gid
+
     def _unmatched_actions(self):
         """The plan's evictions and discards of activations that no saved tensor can ever be
         named as: not a module call's output or argument, not among the outputs of a call's
@@ -171,10 +190,13 @@ class _Matching:
         named = set(self.identity_tids)
         for outs in self.call_outputs.values():
             named.update(outs)
+        bound_grads = set(getattr(self, "grad_binds", {}).values())
         return [(a["kind"], p.tensors[a["tensor"]]["kind"], p.tensors[a["tensor"]]["name"],
                  a["bytes"]) for a in p.actions
                 if a["kind"] in ("evict", "discard")
-                and p.tensors[a["tensor"]]["kind"] in MOVABLE_KINDS and a["tensor"] not in named]
+                and ((p.tensors[a["tensor"]]["kind"] in MOVABLE_KINDS and a["tensor"] not in named)
+                     or (p.tensors[a["tensor"]]["kind"] == "activation_grad"
+                         and self.executor == "runtime" and a["tensor"] not in bound_grads))]
 
     def _check_unmatched(self, unrealized, warning):
         """Adds the plan's actions on tensors the adapter cannot name (_unmatched_actions) to

@@ -21,10 +21,15 @@ from .planfile import pytorch_margin as pytorch_margin_of
 # 152 MB, the input's size, over the plan).
 MOVABLE = ("activation",)
 # What attach(..., executor="runtime") binds, so what libautovm can move (runtime_executor.py);
-# activation gradients, workspaces and the label stay where PyTorch puts them.
+# workspaces and the label stay where PyTorch puts them.
 RUNTIME_KINDS = ("activation", "input", "parameter", "buffer", "gradient", "optimizer_state")
-# plan()'s default movable kinds for each executor of attach().
+# What it binds only when the step that reads it last is about to run (an activation gradient,
+# when autograd hands it to its module's backward), so what may leave only to be read remotely
+# there (autovm-plan --movable-at-last-use).
+RUNTIME_LAST_USE_KINDS = ("activation_grad",)
+# plan()'s default movable kinds for each executor of attach(), and those at their last use.
 EXECUTOR_MOVABLE = {"copy": MOVABLE, "runtime": RUNTIME_KINDS}
+EXECUTOR_LAST_USE = {"copy": (), "runtime": RUNTIME_LAST_USE_KINDS}
 _BY_EXECUTOR = object()  # plan(movable=...) not given: the executor's kinds
 
 # autovm-plan's exit codes (autovm-plan --help).
@@ -278,7 +283,8 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     movable's default.
     movable: the tensor kinds the plan may take off the GPU (autovm-plan --movable): by
     default what the executor can move, saved activations for "copy" (planner.MOVABLE), every
-    kind libautovm binds for "runtime" (RUNTIME_KINDS); None: every kind.
+    kind libautovm binds for "runtime" (RUNTIME_KINDS), with activation gradients there at
+    their last use only (RUNTIME_LAST_USE_KINDS, --movable-at-last-use); None: every kind.
     pytorch_margin: plan under the budget less PyTorch's extra memory over AutoVM's training
     graph, as autovm-plan's PyTorch memory model predicts it (README.md, "The budget is
     PyTorch's"); False: hand the budget to autovm-plan as it is.
@@ -342,8 +348,9 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
     if executor not in EXECUTOR_MOVABLE:
         raise ValueError(f"executor must be one of {', '.join(map(repr, EXECUTOR_MOVABLE))}, "
                          f"not {executor!r}")
+    last_use = ()
     if movable is _BY_EXECUTOR:
-        movable = EXECUTOR_MOVABLE[executor]
+        movable, last_use = EXECUTOR_MOVABLE[executor], EXECUTOR_LAST_USE[executor]
     exe = planner_path(planner)
     _lib.Library.get(lib)  # fail before the slow export when libautovm is missing
     model = getattr(model, "module", model) if _is_ddp(model) else model
@@ -395,6 +402,8 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
             warnings.warn(f"{exe} has no --movable option: the plan may also evict tensors the "
                           f"adapter does not move (only {kinds} move); rebuild autovm-plan",
                           RuntimeWarning, stacklevel=2)
+        if last_use and "--movable-at-last-use" in flags:
+            args += ["--movable-at-last-use", ",".join(last_use)]
     if data_parallel or bucket_mb is not None:
         if not data_parallel:
             raise ValueError("bucket_mb is for data_parallel=True")

@@ -42,7 +42,12 @@ step <= pos has been enqueued on the compute stream):
   recompute plan tensors the plan discards and recomputes are not bound: the adapter's own op
             replay (adapter.py) drops and remakes them, and the runtime's discard of them is
             skipped.
-Not bound: activation gradients (autograd's temporaries no hook names), workspaces, the label.
+  gradients of activations: those of a module call's output or argument whose gradient the
+            plan moves, when autograd hands the gradient to the backward of the op that made
+            the tensor (hooks.py, _hook_gradient): the step that reads it last is about to run,
+            so the plan takes them off only to be read remotely there (plan()'s
+            --movable-at-last-use activation_grad); other activation gradients stay unbound.
+Not bound: workspaces, the label.
 Binds and skipped actions are counted in `binds` / the runtime's unbound_actions.
 """
 import ctypes

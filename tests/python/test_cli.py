@@ -263,6 +263,35 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"{'PASS' if ok else 'FAIL'} VGG-19 b256 --budget min {least / 1e9:.2f} GB, below 8 GB")
     case("VGG-19 b256 below the remote floor", vgg + ["--budget", f"{least - 1}B"], 6,
          "even reading", "remotely", "The smallest budget that works is")
+    # --movable-at-last-use (plan/movable_kinds.h): the runtime executor's kinds, with activation
+    # gradients off only where the step reading them last reads them remotely. VGG-19 b256's
+    # least budget drops below what the moving kinds alone allow, as far as with every kind.
+    runtime_kinds = ["--movable", "activation,input,parameter,buffer,gradient,optimizer_state"]
+    least = {}
+    for label, extra in (("without", []), ("with", ["--movable-at-last-use", "activation_grad"]),
+                         ("every kind", None)):
+        args = vgg + ["--budget", "min", "--quiet"] + (runtime_kinds + extra if extra is not None else [])
+        r = run(*args)
+        p = json.loads(r.stdout) if r.returncode == 0 else {}
+        least[label] = p.get("options", {}).get("budget_bytes", 0)
+        if label == "with":
+            kinds = {t["id"]: t["kind"] for t in p.get("tensors", [])}
+            moved = [a for a in p.get("actions", []) if kinds.get(a["tensor"]) == "activation_grad"]
+            grads_ok = (p.get("options", {}).get("movable_at_last_use") == ["activation_grad"]
+                        and moved and all(a["kind"] in ("evict", "read_remote") for a in moved))
+    ok = 0 < least["every kind"] == least["with"] < least["without"] and grads_ok
+    results.append(ok)
+    print(f"{'PASS' if ok else 'FAIL'} --movable-at-last-use activation_grad: VGG-19 b256 least "
+          f"budget {least}")
+    case("--movable-at-last-use of a kind every plan moves", [RESNET18, "--batch", "2",
+         "--movable-at-last-use", "activation_grad"], 2, "activation_grad is fully movable already",
+         "every kind is, without --movable")
+    case("--movable-at-last-use of a kind --movable names", [RESNET18, "--batch", "2", "--movable",
+         "activation,activation_grad", "--movable-at-last-use", "activation_grad"], 2,
+         "activation_grad is fully movable already (in --movable)")
+    case("--movable-at-last-use of an unknown kind", [RESNET18, "--batch", "2", "--movable",
+         "activation", "--movable-at-last-use", "gradients"], 2,
+         "--movable-at-last-use: unknown tensor kind 'gradients'")
     # Baselines (docs/baselines.md): every one is written with "calibrated"; the summary gives a
     # step time only for no_swap and checkpoint. VGG-19 b256 at 18.4 GB, where all but no_swap fit.
     r = run(os.path.join(MODELS, "vgg19.onnx"), "--batch", "256", "--optimizer", "momentum",

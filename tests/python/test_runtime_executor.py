@@ -139,9 +139,11 @@ def _():
                      "/conv3/Conv_output_0", "logits"):
             if not any(n == want for n in names):
                 return f"training step {i}: {want} not bound: {names}"
-        # Gradients every training step (new tensors each step), before the optimizer's step.
+        # Gradients every training step (new tensors each step): the parameters' before the
+        # optimizer's step, and the activation gradients the plan reads remotely (grad_binds).
         grads = [n for n in names if n.startswith("grad/")]
-        if sorted(grads) != sorted("grad/" + p for p in params):
+        activation_grads = [plan.tensors[g]["name"] for g in att.grad_binds.values()]
+        if sorted(grads) != sorted(["grad/" + p for p in params] + activation_grads):
             return f"training step {i}: gradients bound {grads}"
         # Momentum: made by the first optimizer step, bound once after it (persistent).
         moments = [n for n in names if n.endswith("/momentum")]
@@ -153,6 +155,35 @@ def _():
     conv = next(s["id"] for s in plan.steps if s["node"] == "/conv1/Conv")
     if ("begin", conv) not in calls0[:at] or ("end", conv) in calls0[:at]:
         return f"conv1's output bound outside its step {conv}: {calls0[:at + 1]}"
+    return ""
+
+
+@case("runtime executor: an activation gradient is bound before the step that reads it remotely")
+def _():
+    # The least budget has the max pooling output's gradient (the sum of conv2's and the
+    # residual's) read remotely by max pooling's backward: evicted after the step before it.
+    remote = {a["tensor"]: a["ready_before_step"] for a in plan.actions
+              if a["kind"] == "read_remote" and plan.tensors[a["tensor"]]["kind"] == "activation_grad"}
+    if "grad//pool/MaxPool_output_0" not in {plan.tensors[t]["name"] for t in remote}:
+        return f"no remote read of the pooling output's gradient: {remote}"
+    if plan.options.get("movable_at_last_use") != ["activation_grad"]:
+        return f"planned without --movable-at-last-use activation_grad: {plan.options}"
+    others = [a for a in plan.actions if plan.tensors[a["tensor"]]["kind"] == "activation_grad"
+              and a["kind"] not in ("evict", "read_remote")]
+    if others:
+        return f"activation gradients moved other than for a remote read: {others}"
+    _, att, calls = run_under_runtime(*twins(tiny, momentum)[2:], steps=2)
+    if sorted(att.grad_binds.values()) != sorted(remote):
+        return f"the adapter reaches {att.grad_binds}, the plan reads {remote} remotely"
+    if att.unrealized:
+        return f"unrealized: {att.unrealized}"
+    for cs in by_training_step(calls):
+        for gid, r in remote.items():
+            name = plan.tensors[gid]["name"]
+            at = cs.index(("bind", name)) if ("bind", name) in cs else -1
+            # Bound before step r - 1 ends, where its evict is issued.
+            if at < 0 or ("end", r - 1) in cs[:at]:
+                return f"{name} bound at {at}, after step {r - 1} ended: {cs[max(at - 3, 0):at + 3]}"
     return ""
 
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "analysis/lifetimes.h"
+#include "plan/gaps.h"
 #include "plan/remote_reads.h"
 #include "plan/residency.h"
 #include "plan/simulator.h"
@@ -185,4 +186,76 @@ TEST_CASE("no remote reads where every working set fits the budget") {
   TrainingGraph g = five_steps("Dropout");
   auto life = compute_lifetimes(g);
   CHECK(choose_remote_reads(g, life, 200, {}, remote_link()).empty());
+}
+
+TEST_CASE("a kind movable at its last use only: off at the step that reads it remotely alone") {
+  // a (an activation gradient here), b, c: 100 B; d: 200 B.
+  //   step 0: a = A()     step 1: b = B(a)     step 2: c = C(b)     step 3: d = D(a, c)
+  // Fully movable, a could be off over step 2 (its gap between steps 1 and 3). At its last use
+  // only, it is resident there, and may be off at step 3 alone, read remotely.
+  TrainingGraph g = graph_of({100, 100, 100, 200},
+                             {{"A", {}, {0}}, {"B", {0}, {1}}, {"C", {1}, {2}}, {"D", {0, 2}, {3}}});
+  g.tensors[0].kind = TensorKind::activation_grad;
+  auto life = compute_lifetimes(g);
+  MovableKinds last_use;
+  last_use.bits = MovableKinds::kAll & ~(uint32_t(1) << unsigned(TensorKind::activation_grad));
+  last_use.add_at_last_use(TensorKind::activation_grad);
+  CHECK(last_use.at_last_use_only(TensorKind::activation_grad));
+  CHECK(last_use.reads_remotely(TensorKind::activation_grad));
+  CHECK(last_use.relaxed().all());
+
+  CHECK(find_gaps(g, life, {}).size() == 1);  // a over step 2
+  CHECK(find_gaps(g, life, last_use).empty());
+  CHECK(unavoidable_bytes(g, life, {}) == std::vector<int64_t>{100, 200, 200, 400});
+  CHECK(unavoidable_bytes(g, life, last_use) == std::vector<int64_t>{100, 200, 300, 400});
+  // Step 2 may read b remotely, step 3 a and c (each read last there); a stays at step 2.
+  CHECK(remote_floor_bytes(g, life, last_use) == std::vector<int64_t>{100, 200, 200, 200});
+  CHECK(remote_floor_bytes(g, life, {}) == std::vector<int64_t>{100, 200, 100, 200});
+
+  const Mechanism m = remote_link();
+  RemoteReadChoice choice = choose_remote_reads(g, life, 300, last_use, m);
+  REQUIRE(choice.reads.size() == 1);  // the 100 B over at step 3: a or c; the lower id
+  CHECK(choice.reads[0].tensor == 0);
+  CHECK(choice.reads[0].step == 3);
+  const std::vector<Gap> gaps = find_gaps(g, choice.planning_life, last_use);
+  REQUIRE(gaps.size() == 1);
+  CHECK(gaps[0].tensor == 0);
+  CHECK(gaps[0].tail);
+  CHECK(gaps[0].after == 2);  // off at step 3 only
+  CHECK(gaps[0].before == 4);
+  CHECK(unavoidable_bytes(g, choice.planning_life, last_use) ==
+        std::vector<int64_t>{100, 200, 300, 300});
+
+  SwapOptions o;
+  o.budget_bytes = 300;
+  o.movable = last_use;
+  std::vector<Action> planned = plan_swaps(g, choice.planning_life, {10, 10, 10, 10}, m, o);
+  REQUIRE(planned.size() == 1);  // evicted after step 2, ready before step 3: no earlier
+  CHECK(planned[0].kind == ActionKind::evict);
+  CHECK(planned[0].tensor == 0);
+  CHECK(planned[0].after_step == 2);
+  CHECK(planned[0].ready_before_step == 3);
+  std::vector<Action> plan = with_reads(g, choice, planned, m);
+  CHECK(remote_reads_off(g, life, plan));
+  CHECK(resident_bytes(g, life, plan) == std::vector<int64_t>{100, 200, 300, 300});
+  CHECK(verifier_accepts(g, life, plan, 300));
+  SUBCASE("at 250 B step 2 reads b remotely, step 3 a and c; below the floor of 200, none") {
+    RemoteReadChoice tight = choose_remote_reads(g, life, 250, last_use, m);
+    REQUIRE(tight.reads.size() == 3);
+    CHECK(tight.reads[0].tensor == 1);
+    CHECK(tight.reads[0].step == 2);
+    CHECK(tight.reads[1].tensor == 0);
+    CHECK(tight.reads[2].tensor == 2);
+    o.budget_bytes = 250;
+    std::vector<Action> moved = plan_swaps(g, tight.planning_life, {10, 10, 10, 10}, m, o);
+    for (const Action& a : moved)
+      if (a.tensor == 0) {  // a leaves after step 2 whatever else moves
+        CHECK(a.kind == ActionKind::evict);
+        CHECK(a.after_step == 2);
+      }
+    std::vector<Action> all = with_reads(g, tight, moved, m);
+    CHECK(remote_reads_off(g, life, all));
+    CHECK(verifier_accepts(g, life, all, 250));
+    CHECK_THROWS_AS(choose_remote_reads(g, life, 199, last_use, m), Error);
+  }
 }

@@ -122,6 +122,10 @@ struct Plan {
   // options.movable (autovm-plan --movable): the only kinds actions may evict, discard or
   // recompute; absent: every kind.
   std::optional<std::vector<TensorKind>> movable;
+  // options.movable_at_last_use (autovm-plan --movable-at-last-use): kinds whose tensors may
+  // leave only by an evict that a read_remote of the tensor at a later step follows; empty:
+  // none.
+  std::vector<TensorKind> movable_at_last_use;
   // options.recompute_ops (autovm-plan --recompute-ops): the only ops a recompute action may
   // run again; absent: any.
   std::optional<std::vector<std::string>> recompute_ops;

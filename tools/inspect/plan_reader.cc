@@ -319,6 +319,9 @@ Plan parse(const json& doc, const std::string& path) {
     p.movable.emplace();
     for (const Field& f : m->items()) p.movable->push_back(f.one_of<TensorKind>(kKindNames));
   }
+  if (auto m = options.find("movable_at_last_use"))
+    for (const Field& f : m->items())
+      p.movable_at_last_use.push_back(f.one_of<TensorKind>(kKindNames));
   if (auto r = options.find("recompute_ops")) {
     p.recompute_ops.emplace();
     for (const Field& f : r->items()) p.recompute_ops->push_back(f.string());

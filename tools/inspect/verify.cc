@@ -115,13 +115,32 @@ class Verifier {
     static const std::set<std::string> kAdvice = {"read_mostly", "preferred_location_device",
                                                   "preferred_location_host", "accessed_by_device"};
     std::set<std::pair<TensorId, StepIndex>> remote_reads;
+    std::set<std::pair<TensorId, StepIndex>> remote_read_at;  // (tensor, step reading it)
+    for (const Action& a : p_.actions)
+      if (a.kind == ActionKind::read_remote) remote_read_at.insert({a.tensor, a.ready_before_step});
+    auto at_last_use_only = [&](TensorKind k) {
+      return std::find(p_.movable_at_last_use.begin(), p_.movable_at_last_use.end(), k) !=
+             p_.movable_at_last_use.end();
+    };
     for (const Action& a : p_.actions) {
       const Tensor& t = tensor(a.tensor);
       auto bad = [&](const std::string& why) { add(0, a.after_step + 1, a.tensor, what(a) + ": " + why); };
       if (a.kind != ActionKind::advise && a.bytes != t.bytes)
         bad(fmt::format("{} {} bytes of a {}-byte tensor",
                         a.kind == ActionKind::read_remote ? "reads" : "moves", a.bytes, t.bytes));
-      if (a.kind != ActionKind::advise && p_.movable &&
+      const bool last_use_kind = at_last_use_only(t.kind);
+      if (last_use_kind && a.kind != ActionKind::evict && a.kind != ActionKind::read_remote &&
+          a.kind != ActionKind::advise)
+        bad(fmt::format("a tensor of kind {} leaves only to be read remotely "
+                        "(options.movable_at_last_use): an evict and a read_remote, nothing else",
+                        name(t.kind)));
+      if (last_use_kind && a.kind == ActionKind::evict &&
+          (a.ready_before_step != a.after_step + 1 ||
+           !remote_read_at.count({a.tensor, a.ready_before_step})))
+        bad(fmt::format("a tensor of kind {} leaves only to be read remotely by the next step "
+                        "(options.movable_at_last_use), and step {} does not read '{}' remotely",
+                        name(t.kind), a.after_step + 1, t.name));
+      if (a.kind != ActionKind::advise && p_.movable && !last_use_kind &&
           std::find(p_.movable->begin(), p_.movable->end(), t.kind) == p_.movable->end()) {
         std::vector<std::string_view> allowed;
         for (TensorKind k : *p_.movable) allowed.push_back(name(k));
