@@ -141,6 +141,7 @@ def plan_one(name, asked, d, args, on_gpu=False):
              "budget_bytes": p.requested_budget_bytes,
              "planner_budget_bytes": p.budget_bytes, "note": note,
              "movable": list(autovm.RUNTIME_KINDS),
+             "movable_at_last_use": p.options.get("movable_at_last_use", []),
              "predicted_step_time_us": p.prediction.get("step_time_us"),
              "bound_us": p.prediction.get("bound_us"),
              "actions": {f"{k[0]} {k[1]}": v for k, v in sorted(p.action_counts().items())}}
