@@ -190,13 +190,17 @@ class _Matching:
         named = set(self.identity_tids)
         for outs in self.call_outputs.values():
             named.update(outs)
+        # Activation gradients the runtime executor could bind (Attachment._at_last_use) but
+        # does not reach: not a module call's output or argument.
         bound_grads = set(getattr(self, "grad_binds", {}).values())
+        remote_at = {(a["tensor"], a["ready_before_step"]) for a in p.actions
+                     if a["kind"] == "read_remote"}
         return [(a["kind"], p.tensors[a["tensor"]]["kind"], p.tensors[a["tensor"]]["name"],
                  a["bytes"]) for a in p.actions
                 if a["kind"] in ("evict", "discard")
                 and ((p.tensors[a["tensor"]]["kind"] in MOVABLE_KINDS and a["tensor"] not in named)
-                     or (p.tensors[a["tensor"]]["kind"] == "activation_grad"
-                         and self.executor == "runtime" and a["tensor"] not in bound_grads))]
+                     or (self._at_last_use(a, p.tensors[a["tensor"]], remote_at)
+                         and a["tensor"] not in bound_grads))]
 
     def _check_unmatched(self, unrealized, warning):
         """Adds the plan's actions on tensors the adapter cannot name (_unmatched_actions) to
@@ -208,8 +212,9 @@ class _Matching:
         self.unrealized.extend(missing)
         total = sum(m[3] for m in missing)
         names = ", ".join(sorted({m[2] for m in missing})[:6])
-        msg = (f"{self.plan.path}: the plan evicts or discards activations that the adapter "
-               f"cannot find among the tensors PyTorch saves ({len(missing)} actions, "
+        msg = (f"{self.plan.path}: the plan evicts or discards activations (or activation "
+               f"gradients) that the adapter cannot find among the tensors PyTorch saves (or "
+               f"hands to a module's backward) ({len(missing)} actions, "
                f"{total / 1e6:.3f} MB: {names}); they stay on the GPU, so PyTorch's memory "
                "exceeds the plan's")
         if unrealized == "error":
