@@ -66,9 +66,9 @@ def build(verbose=False):
         raise ShimUnavailable(f"torch.utils.cpp_extension cannot be imported: {e}") from None
     name, folder = _name_and_folder()
     path = os.path.join(folder, name + ".so")
-    if os.path.isfile(path):
-        return path
     os.makedirs(folder, exist_ok=True)
+    # Always through cpp_extension: its lock makes a second process (another DDP rank) wait
+    # for a build in progress, and an up-to-date build is only checked, not redone.
     try:
         cpp_extension.load(name, [SOURCE], build_directory=folder, is_python_module=False,
                            extra_cflags=["-O2"], verbose=verbose)
