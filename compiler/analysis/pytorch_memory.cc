@@ -59,11 +59,15 @@
 //     tensor (autograd's InputBuffer). A parameter's first gradient becomes its .grad.
 //   - The optimizer (torch.optim, foreach on CUDA): SGD and momentum update in place; Adam
 //     allocates one tensor list the size of the parameters (sqrt of the second moment).
-//   - Every allocation counts as pytorch_block_bytes(size), as max_memory_allocated does.
+//   - Every allocation counts as the block the caching allocator hands out for it, as
+//     max_memory_allocated does, simulated over the step's requests in order from the cache
+//     the step before left (caching_allocator.h): a block can be up to 1 MiB larger than asked,
+//     by what is free when the request comes. Parameters, buffers, optimizer state, the batch
+//     and library workspaces, which live in segments made before the step, count as
+//     pytorch_block_bytes(size), outside that simulation.
 //
 // Limitations: cuDNN picks algorithms (and their workspaces) at run time, so the workspace is
-// an estimate (PytorchMemoryOptions); the allocator can hand out a cached block up to 1 MiB
-// larger than asked, which is not modelled; only the ops above follow PyTorch exactly.
+// an estimate (PytorchMemoryOptions); only the ops above follow PyTorch exactly.
 #include "analysis/pytorch_memory.h"
 
 #include <algorithm>
@@ -71,6 +75,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "analysis/caching_allocator.h"
 #include "training/gradient_rules.h"
 
 namespace autovm {
@@ -83,24 +88,38 @@ bool is_persistent(TensorKind k) {
          k == TensorKind::optimizer_state || k == TensorKind::input || k == TensorKind::label;
 }
 
-// Storages with reference counts, the bytes allocated and their peak.
+// Storages with reference counts, the bytes allocated and their peak. Each storage's bytes
+// are the block the caching allocator gives it (caching_allocator.h), from `cache`, which a
+// step before this one has left as it left it.
 class Allocator {
  public:
+  explicit Allocator(CachingAllocator& cache) : cache_(cache) {}
   int alloc(int64_t bytes) {
-    int64_t b = pytorch_block_bytes(bytes);
-    blocks_.push_back({b, 1});
+    int handle = bytes > 0 ? cache_.allocate(bytes) : -1;
+    int64_t b = handle >= 0 ? cache_.block_bytes(handle) : 0;
+    blocks_.push_back({b, 1, handle, bytes});
     current_ += b;
     note(current_);
     return static_cast<int>(blocks_.size()) - 1;
   }
   void ref(int s) { blocks_[size_t(s)].refs++; }
   void unref(int s) {
-    if (--blocks_[size_t(s)].refs == 0) current_ -= blocks_[size_t(s)].bytes;
+    Block& b = blocks_[size_t(s)];
+    if (--b.refs != 0) return;
+    current_ -= b.bytes;
+    if (b.handle >= 0) cache_.free(b.handle);
   }
   int refs(int s) const { return blocks_[size_t(s)].refs; }
   int64_t bytes(int s) const { return blocks_[size_t(s)].bytes; }
+  // The request's own block (pytorch_block_bytes): what a storage holds, whatever block it got.
+  int64_t asked_bytes(int s) const { return pytorch_block_bytes(blocks_[size_t(s)].asked); }
   // Memory held only while one call runs (a workspace).
-  void transient(int64_t bytes) { note(current_ + pytorch_block_bytes(bytes)); }
+  void transient(int64_t bytes) {
+    if (bytes <= 0) return;
+    int handle = cache_.allocate(bytes);
+    note(current_ + cache_.block_bytes(handle));
+    cache_.free(handle);
+  }
   void add_persistent(int64_t bytes) { current_ += bytes; note(current_); }
   int64_t current() const { return current_; }
 
@@ -126,7 +145,10 @@ class Allocator {
   struct Block {
     int64_t bytes;
     int refs;
+    int handle;     // in cache_; -1 for 0 bytes
+    int64_t asked;  // the request
   };
+  CachingAllocator& cache_;
   std::vector<Block> blocks_;
   int64_t current_ = 0, peak_ = 0, phase_peak_ = 0;
   std::string phase_, label_, peak_phase_, peak_at_;
@@ -140,9 +162,9 @@ struct Grad {
 
 class Replay {
  public:
-  Replay(const TrainingGraph& g, const PytorchMemoryOptions& o)
+  Replay(const TrainingGraph& g, const PytorchMemoryOptions& o, CachingAllocator& cache)
       : g_(g), o_(o), n_(g.tensors.size()), rep_(n_), uses_left_(n_, 0), requires_grad_(n_, false),
-        handle_(n_, -1), grad_(n_), has_param_grad_(n_, false) {
+        handle_(n_, -1), grad_(n_), has_param_grad_(n_, false), a_(cache) {
     for (size_t t = 0; t < n_; ++t) rep_[t] = static_cast<TensorId>(t);
   }
 
@@ -513,7 +535,7 @@ PytorchMemoryEstimate Replay::run() {
     for (const auto& list : loss_saved_) held.insert(held.end(), list.begin(), list.end());
     std::sort(held.begin(), held.end());
     held.erase(std::unique(held.begin(), held.end()), held.end());
-    for (int st : held) e.saved_bytes += a_.bytes(st);
+    for (int st : held) e.saved_bytes += a_.asked_bytes(st);
   }
 
   a_.start_phase("backward");
@@ -575,7 +597,13 @@ int64_t pytorch_block_bytes(int64_t bytes) {
 
 PytorchMemoryEstimate predict_pytorch_memory(const TrainingGraph& graph,
                                              const PytorchMemoryOptions& options) {
-  return Replay(graph, options).run();
+  // A steady step finds the cache's segments as the step before it left them: one step
+  // is replayed first, everything it allocated freed (zero_grad(set_to_none=True) included),
+  // then the step that is predicted.
+  CachingAllocator cache;
+  Replay(graph, options, cache).run();
+  cache.free_all();
+  return Replay(graph, options, cache).run();
 }
 
 }  // namespace autovm

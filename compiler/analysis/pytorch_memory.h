@@ -16,8 +16,10 @@
 // What a steady step starts from: parameters, buffers (with batch norm's num_batches_tracked;
 // under autovm-plan --data-parallel also DDP's gradient buckets, buffers "ddp_bucket.K", one
 // allocation each), optimizer state, the batch (input and labels) and library workspaces; no
-// gradients (zero_grad(set_to_none=True)). Every allocation counts as the caching allocator's block
-// (pytorch_block_bytes). The graph must come from build_training_step (its loss steps
+// gradients (zero_grad(set_to_none=True)). Every allocation of the step counts as the block the
+// caching allocator hands out for it, simulated from the cache the step before left
+// (caching_allocator.h); what the step starts from, as pytorch_block_bytes. The graph must come
+// from build_training_step (its loss steps
 // SoftmaxCrossEntropyLoss, MeanSquaredErrorLoss or ExternalLoss; optimizer steps named SGD,
 // SGDMomentum or Adam).
 #pragma once
@@ -56,7 +58,8 @@ struct PytorchMemoryEstimate {
   std::string peak_at;              // the node (or op) running when the peak is reached
   int64_t persistent_bytes = 0;     // parameters, buffers, optimizer state, library workspaces
   int64_t batch_bytes = 0;          // input and labels
-  int64_t saved_bytes = 0;          // activations autograd holds at the end of forward
+  int64_t saved_bytes = 0;          // activations autograd holds at the end of forward (each
+                                    // as pytorch_block_bytes, not the block it got)
   int64_t end_forward_bytes = 0;    // allocated once the loss is computed
   int64_t forward_peak_bytes = 0;   // the peak of forward and loss
   int64_t backward_peak_bytes = 0;
