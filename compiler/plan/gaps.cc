@@ -33,6 +33,11 @@ std::vector<Gap> find_gaps(const TrainingGraph& g, const std::vector<Lifetime>& 
   return gaps;
 }
 
+StepIndex resident_until(const Lifetime& l, TensorKind kind, MovableKinds movable) {
+  const bool tail = movable.at_last_use_only(kind) && !l.uses.empty() && l.uses.back() < l.last;
+  return tail ? l.last - 1 : l.last;  // off at the step that reads it remotely alone
+}
+
 std::vector<int64_t> unavoidable_bytes(const TrainingGraph& g, const std::vector<Lifetime>& life,
                                        MovableKinds movable) {
   size_t n = static_cast<size_t>(g.step_count());
@@ -47,9 +52,7 @@ std::vector<int64_t> unavoidable_bytes(const TrainingGraph& g, const std::vector
     if (t.bytes == 0) continue;
     if (!movable.has(t.kind)) {  // resident over its whole lifetime, or but for its tail gap
       if (l.persistent) add(0, static_cast<StepIndex>(n) - 1, t.bytes);
-      else if (movable.at_last_use_only(t.kind) && !l.uses.empty() && l.uses.back() < l.last)
-        add(l.first, l.last - 1, t.bytes);  // off at the step that reads it remotely alone
-      else add(l.first, l.last, t.bytes);
+      else add(l.first, resident_until(l, t.kind, movable), t.bytes);
       continue;
     }
     if (l.uses.empty()) {

@@ -45,6 +45,11 @@ struct Gap {
 std::vector<Gap> find_gaps(const TrainingGraph& graph, const std::vector<Lifetime>& life,
                            MovableKinds movable = {});
 
+// For a non-persistent tensor of a kind that may not move freely (!movable.has(kind)): the last
+// step of its lifetime at which it is resident whatever the plan, the step before its tail gap
+// for a kind that may leave at its last use only, else its lifetime's end.
+StepIndex resident_until(const Lifetime& life, TensorKind kind, MovableKinds movable);
+
 std::vector<int64_t> unavoidable_bytes(const TrainingGraph& graph,
                                        const std::vector<Lifetime>& life,
                                        MovableKinds movable = {});

@@ -259,11 +259,9 @@ class Selector {
   bool pinned_at(TensorId y, StepIndex at) const {
     const Lifetime& l = life_[size_t(y)];
     const TensorKind kind = g_.tensor(y).kind;
-    if (!opts_.movable.has(kind)) {  // as unavoidable_bytes counts it (plan/gaps.h)
-      const bool tail = opts_.movable.at_last_use_only(kind) && !l.uses.empty() && l.uses.back() < l.last;
-      const StepIndex until = tail ? l.last - 1 : l.last;  // off at its remote read alone
-      if (l.persistent || (l.first <= at && at <= until)) return true;
-    }
+    if (!opts_.movable.has(kind) &&  // as unavoidable_bytes counts it (plan/gaps.h)
+        (l.persistent || (l.first <= at && at <= resident_until(l, kind, opts_.movable))))
+      return true;
     const auto& uses = l.uses;
     if (std::binary_search(uses.begin(), uses.end(), at)) return true;
     const auto& p = pinned_[size_t(y)];

@@ -174,11 +174,12 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
             if a["kind"] == "discard" and a["tensor"] in self.kept:
                 t = p.tensors[a["tensor"]]
                 self.unrealized.append(("discard", t["kind"], t["name"], a["bytes"]))
-        remote_at = {(a["tensor"], a["ready_before_step"]) for a in remote}
+        # (tensor, step) of each remote read: _at_last_use, here and in _unmatched_actions
+        self._remote_at = {(a["tensor"], a["ready_before_step"]) for a in remote}
         for a in p.actions:
             t = p.tensors[a["tensor"]]
             if (a["kind"] in ("evict", "prefetch") and t["kind"] not in self._movable
-                    and not self._at_last_use(a, t, remote_at)):
+                    and not self._at_last_use(a, t)):
                 self.unrealized.append((a["kind"], t["kind"], t["name"], a["bytes"]))
         if self.unrealized and unrealized != "ignore":
             kinds = {}
@@ -195,13 +196,13 @@ class Attachment(_Hooks, _Matching, _Replay, _Trace):
             return msg
         return None
 
-    def _at_last_use(self, a, t, remote_at):
+    def _at_last_use(self, a, t):
         """Whether action `a` on plan tensor `t` is an activation gradient's eviction for the
         remote read of the next step, its last use, which the runtime executor can run: it binds
         the gradient just before that step (_map_gradients says which ones it reaches)."""
         return (self.executor == "runtime" and t["kind"] in RUNTIME_LAST_USE_KINDS
                 and a["kind"] == "evict" and a["ready_before_step"] == a["after_step"] + 1
-                and (a["tensor"], a["ready_before_step"]) in remote_at)
+                and (a["tensor"], a["ready_before_step"]) in self._remote_at)
 
     def _check_data_parallel(self):
         dp = self.plan.data_parallel

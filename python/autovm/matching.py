@@ -193,13 +193,11 @@ class _Matching:
         # Activation gradients the runtime executor could bind (Attachment._at_last_use) but
         # does not reach: not a module call's output or argument.
         bound_grads = set(getattr(self, "grad_binds", {}).values())
-        remote_at = {(a["tensor"], a["ready_before_step"]) for a in p.actions
-                     if a["kind"] == "read_remote"}
         return [(a["kind"], p.tensors[a["tensor"]]["kind"], p.tensors[a["tensor"]]["name"],
                  a["bytes"]) for a in p.actions
                 if a["kind"] in ("evict", "discard")
                 and ((p.tensors[a["tensor"]]["kind"] in MOVABLE_KINDS and a["tensor"] not in named)
-                     or (self._at_last_use(a, p.tensors[a["tensor"]], remote_at)
+                     or (self._at_last_use(a, p.tensors[a["tensor"]])
                          and a["tensor"] not in bound_grads))]
 
     def _check_unmatched(self, unrealized, warning):

@@ -1,5 +1,6 @@
 #include <cstring>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "backend.h"
@@ -45,27 +46,12 @@ class HostBackend final : public Backend {
   }
   void evict_complete(const Tensor& t, void*) override { poison(t); }
   void prefetch_issue(const Tensor&, const Action&, void*) override {}
-  void prefetch_complete(const Tensor& t, void*) override {
-    if (trainer_memory_) return;
-    void* to = pointer(t);
-    if (!to) return;
-    const std::vector<unsigned char>& shadow = shadow_[static_cast<size_t>(t.id)];
-    if (shadow.size() != static_cast<size_t>(t.bytes))  // the plan checked: evict comes first
-      throw Error(AUTOVM_ERR_BACKEND, "prefetch of '" + t.name + "' finds no evicted copy");
-    std::memcpy(to, shadow.data(), shadow.size());
-  }
+  void prefetch_complete(const Tensor& t, void*) override { copy_back(t, "prefetch"); }
   void discard(const Tensor& t, void*) override { poison(t); }
 
   // The shadow's bytes in the range for step s; the range goes back to poison at step_end(s).
   void remote_read_prepare(const Tensor& t, StepIndex, void*) override {
-    if (trainer_memory_) return;
-    void* to = pointer(t);
-    if (!to) return;
-    const std::vector<unsigned char>& shadow = shadow_[static_cast<size_t>(t.id)];
-    if (shadow.size() != static_cast<size_t>(t.bytes))  // the plan checked: evict comes first
-      throw Error(AUTOVM_ERR_BACKEND, "remote read of '" + t.name + "' finds no evicted copy");
-    std::memcpy(to, shadow.data(), shadow.size());
-    remote_.push_back(&t);
+    if (copy_back(t, "remote read")) remote_.push_back(&t);
   }
   void step_enqueued(StepIndex, void*) override {
     for (const Tensor* t : remote_) poison(*t);
@@ -73,6 +59,18 @@ class HostBackend final : public Backend {
   }
 
  private:
+  // The evicted copy back in t's range (arena memory only); whether it was copied. `what` names
+  // the action in the error when there is no copy (the plan checked: an evict comes first).
+  bool copy_back(const Tensor& t, const char* what) {
+    if (trainer_memory_) return false;
+    void* to = pointer(t);
+    if (!to) return false;
+    const std::vector<unsigned char>& shadow = shadow_[static_cast<size_t>(t.id)];
+    if (shadow.size() != static_cast<size_t>(t.bytes))
+      throw Error(AUTOVM_ERR_BACKEND, std::string(what) + " of '" + t.name + "' finds no evicted copy");
+    std::memcpy(to, shadow.data(), shadow.size());
+    return true;
+  }
   void poison(const Tensor& t) {
     if (trainer_memory_) return;
     if (void* p = pointer(t)) std::memset(p, kPoison, static_cast<size_t>(t.bytes));

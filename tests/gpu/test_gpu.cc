@@ -7,18 +7,19 @@
 #include <cuda_runtime_api.h>
 #include <doctest/doctest.h>
 
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "gpu_harness.h"
+#include "gpu_main.h"
 #include "kernels.h"
 
 namespace {
 
 using autovm::gpu_test::Gpu;
 using autovm::gpu_test::load;
+using autovm::gpu_test::PlanJson;
 
 using nlohmann::json;
 using autovm::replay::checksum;
@@ -34,40 +35,25 @@ using autovm::replay::pattern_checksum;
 const int64_t kBytes[4] = {(5 << 20) + 1234, 3 << 20, 300 << 10, (2 << 20) + (8 << 10)};
 
 std::string make_plan(int64_t arena_override = 0) {
-  json p;
-  p["schema_version"] = 1;
-  p["generator"] = "tests/gpu/test_gpu.cc";
-  p["execution_model"] = "autovm-1";
   int64_t offset = 0;
   std::vector<int64_t> offsets;
   for (int64_t b : kBytes) {
     offsets.push_back(offset);
     offset += (b + 255) / 256 * 256;
   }
-  p["options"] = {{"budget_bytes", offset}, {"mechanism", "staged"}};
-  p["statistics"] = {{"arena_bytes", arena_override > 0 ? arena_override : offset}};
+  PlanJson p("tests/gpu/test_gpu.cc", offset, "staged", arena_override > 0 ? arena_override : offset);
   const char* names[4] = {"a", "b", "c", "d"};
-  for (int i = 0; i < 4; ++i) {
-    p["tensors"].push_back({{"id", i}, {"name", names[i]}, {"kind", "activation"},
-                            {"dtype", "uint8"}, {"bytes", kBytes[i]}, {"offset", offsets[i]}});
-    p["lifetimes"].push_back({{"tensor", i}, {"first", 0}, {"last", 4}, {"persistent", false}});
-  }
-  for (int s = 0; s < 5; ++s)
-    p["steps"].push_back({{"id", s}, {"op", "Test"}, {"phase", "forward"}, {"node", ""},
-                          {"inputs", json::array()}, {"outputs", json::array()},
-                          {"workspace", nullptr}});
-  auto action = [&](const char* kind, int t, int after, int ready) {
-    json a = {{"kind", kind}, {"tensor", t}, {"bytes", kBytes[t]}, {"after_step", after},
-              {"ready_before_step", ready}};
-    if (std::string(kind) == "recompute") a["source_step"] = 0;
-    p["actions"].push_back(a);
+  for (int i = 0; i < 4; ++i) p.tensor(i, names[i], "activation", kBytes[i], offsets[i], 0, 4);
+  p.steps(std::vector<std::vector<int>>(5), std::vector<std::vector<int>>(5));
+  auto action = [&](const char* kind, int t, int after, int ready) -> json& {
+    return p.action(kind, t, kBytes[t], after, ready);
   };
   action("evict", 0, 0, 2);
   action("evict", 2, 0, 2);
   action("discard", 3, 0, 1);
   action("prefetch", 0, 2, 3);
   action("prefetch", 2, 2, 3);
-  action("recompute", 3, 2, 3);
+  action("recompute", 3, 2, 3)["source_step"] = 0;
   return p.dump();
 }
 
@@ -406,30 +392,18 @@ TEST_CASE("an arena larger than the free device memory is refused before anythin
 // the host, comes in after step 1 into the same range: B's copy must wait for A's to finish
 // (and A's, after step 2, for B's eviction), or the bytes of one overwrite the other's.
 std::string make_packed_plan(int64_t big, int64_t small) {
-  json p;
-  p["schema_version"] = 1;
-  p["generator"] = "tests/gpu/test_gpu.cc";
-  p["execution_model"] = "autovm-1";
+  PlanJson p("tests/gpu/test_gpu.cc", big + 2 * small, "mapped", 2 * big + 2 * small);
   // The plan's layout, by lifetime: B, A, then x/y/z and c.
   const int64_t offsets[6] = {2 * big, big, 2 * big, 0, 2 * big + small, 2 * big};
   const int64_t bytes[6] = {small, big, small, big, small, small};
   const char* names[6] = {"x", "A", "y", "B", "c", "z"};
   const int first[6] = {0, 0, 1, 0, 2, 3}, last[6] = {0, 3, 2, 3, 3, 3};
-  p["options"] = {{"budget_bytes", big + 2 * small}, {"mechanism", "mapped"}};
-  p["statistics"] = {{"arena_bytes", 2 * big + 2 * small}};
-  for (int i = 0; i < 6; ++i) {
-    p["tensors"].push_back({{"id", i}, {"name", names[i]}, {"kind", i == 3 ? "parameter" : "activation"},
-                            {"dtype", "uint8"}, {"bytes", bytes[i]}, {"offset", offsets[i]}});
-    p["lifetimes"].push_back({{"tensor", i}, {"first", first[i]}, {"last", last[i]},
-                              {"persistent", i == 3}});
-  }
-  const std::vector<std::vector<int>> ins = {{0}, {1}, {3, 2}, {1, 4}}, outs = {{1}, {2}, {4}, {5}};
-  for (int s = 0; s < 4; ++s)
-    p["steps"].push_back({{"id", s}, {"op", "Test"}, {"phase", "forward"}, {"node", ""},
-                          {"inputs", ins[s]}, {"outputs", outs[s]}, {"workspace", nullptr}});
+  for (int i = 0; i < 6; ++i)
+    p.tensor(i, names[i], i == 3 ? "parameter" : "activation", bytes[i], offsets[i], first[i],
+             last[i], i == 3);
+  p.steps({{0}, {1}, {3, 2}, {1, 4}}, {{1}, {2}, {4}, {5}});
   auto action = [&](const char* kind, int t, int after, int ready) {
-    p["actions"].push_back({{"kind", kind}, {"tensor", t}, {"bytes", bytes[t]},
-                            {"after_step", after}, {"ready_before_step", ready}});
+    p.action(kind, t, bytes[t], after, ready);
   };
   action("evict", 1, 1, 2);
   action("prefetch", 3, 1, 2);
@@ -496,12 +470,4 @@ TEST_CASE("demand paging with the mapped mechanism is refused") {
   autovm_plan_free(plan);
 }
 
-int main(int argc, char** argv) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: the gpu suite is skipped\n");
-    return 77;
-  }
-  doctest::Context context(argc, argv);
-  return context.run();
-}
+int main(int argc, char** argv) { return autovm::gpu_test::run_or_skip(argc, argv); }

@@ -13,13 +13,13 @@
 #include <cuda_runtime_api.h>
 #include <doctest/doctest.h>
 
-#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "device_pool.h"
+#include "gpu_main.h"
 #include "kernels.h"
 #include "trainer_paging.h"
 
@@ -489,12 +489,4 @@ TEST_CASE("PyTorch's hooks: the torch pool as configured, and out of memory as a
   CHECK(stats_of(pool).allocated_bytes == 0);
 }
 
-int main(int argc, char** argv) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: the gpu suite is skipped\n");
-    return 77;
-  }
-  doctest::Context context(argc, argv);
-  return context.run();
-}
+int main(int argc, char** argv) { return autovm::gpu_test::run_or_skip(argc, argv); }

@@ -10,20 +10,19 @@
 #include <cuda_runtime_api.h>
 #include <doctest/doctest.h>
 
-#include <cstdio>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "gpu_harness.h"
+#include "gpu_main.h"
 #include "kernels.h"
 
 namespace {
 
 using autovm::gpu_test::Gpu;
 using autovm::gpu_test::load;
+using autovm::gpu_test::PlanJson;
 
-using nlohmann::json;
 using autovm::replay::checksum;
 using autovm::replay::fill_pattern;
 using autovm::replay::pattern_checksum;
@@ -39,10 +38,6 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 const int64_t kBytes[5] = {5 * kMiB + 1234, 3 * kMiB, 300 << 10, 8 * kMiB, 4 * kMiB};
 
 std::string arena_plan() {
-  json p;
-  p["schema_version"] = 1;
-  p["generator"] = "tests/gpu/test_remote.cc";
-  p["execution_model"] = "autovm-1";
   int64_t offset = 0;
   std::vector<int64_t> offsets;
   for (int t = 0; t < 4; ++t) {
@@ -50,24 +45,13 @@ std::string arena_plan() {
     offset += (kBytes[t] + 255) / 256 * 256;
   }
   offsets.push_back(0);  // e, where a was
-  p["options"] = {{"budget_bytes", offset}, {"mechanism", "staged"}};
-  p["statistics"] = {{"arena_bytes", offset}};
+  PlanJson p("tests/gpu/test_remote.cc", offset, "staged", offset);
   const char* names[5] = {"a", "b", "c", "d", "e"};
   const int first[5] = {0, 0, 0, 0, 2}, last[5] = {1, 3, 2, 3, 3};
-  for (int t = 0; t < 5; ++t) {
-    p["tensors"].push_back({{"id", t}, {"name", names[t]}, {"kind", "activation"},
-                            {"dtype", "uint8"}, {"bytes", kBytes[t]}, {"offset", offsets[t]}});
-    p["lifetimes"].push_back({{"tensor", t}, {"first", first[t]}, {"last", last[t]},
-                              {"persistent", false}});
-  }
-  const std::vector<std::vector<int>> ins = {{}, {0, 1}, {2, 3}, {1, 3, 4}},
-                                      outs = {{0, 1, 2, 3}, {}, {4}, {}};
-  for (int s = 0; s < 4; ++s)
-    p["steps"].push_back({{"id", s}, {"op", "Test"}, {"phase", "forward"}, {"node", ""},
-                          {"inputs", ins[s]}, {"outputs", outs[s]}, {"workspace", nullptr}});
+  for (int t = 0; t < 5; ++t) p.tensor(t, names[t], "activation", kBytes[t], offsets[t], first[t], last[t]);
+  p.steps({{}, {0, 1}, {2, 3}, {1, 3, 4}}, {{0, 1, 2, 3}, {}, {4}, {}});
   auto action = [&](const char* kind, int t, int after, int ready) {
-    p["actions"].push_back({{"kind", kind}, {"tensor", t}, {"bytes", kBytes[t]},
-                            {"after_step", after}, {"ready_before_step", ready}});
+    p.action(kind, t, kBytes[t], after, ready);
   };
   action("evict", 0, 0, 1);
   action("evict", 2, 0, 1);
@@ -216,27 +200,13 @@ TEST_CASE("remote reads under demand paging: the pages fault back, the bytes are
 // its bytes still readable where they are, and stays until the next round's eviction of the
 // new a has the runtime give that host memory back (a's old bytes then on the device); 2: as 0.
 std::string trainer_plan(int64_t a_bytes, int64_t w_bytes) {
-  json p;
-  p["schema_version"] = 1;
-  p["generator"] = "tests/gpu/test_remote.cc";
-  p["execution_model"] = "autovm-1";
-  p["options"] = {{"budget_bytes", a_bytes + w_bytes}, {"mechanism", "mapped"}};
-  p["statistics"] = {{"arena_bytes", a_bytes + w_bytes}};
+  PlanJson p("tests/gpu/test_remote.cc", a_bytes + w_bytes, "mapped", a_bytes + w_bytes);
   const int64_t bytes[2] = {a_bytes, w_bytes};
-  const char* names[2] = {"a", "w"};
-  const int last[2] = {1, 3};
-  for (int t = 0; t < 2; ++t) {
-    p["tensors"].push_back({{"id", t}, {"name", names[t]}, {"kind", "activation"},
-                            {"dtype", "uint8"}, {"bytes", bytes[t]}, {"offset", t * a_bytes}});
-    p["lifetimes"].push_back({{"tensor", t}, {"first", 0}, {"last", last[t]}, {"persistent", false}});
-  }
-  const std::vector<std::vector<int>> ins = {{}, {0}, {1}, {1}}, outs = {{0, 1}, {}, {}, {}};
-  for (int s = 0; s < 4; ++s)
-    p["steps"].push_back({{"id", s}, {"op", "Test"}, {"phase", "forward"}, {"node", ""},
-                          {"inputs", ins[s]}, {"outputs", outs[s]}, {"workspace", nullptr}});
+  p.tensor(0, "a", "activation", a_bytes, 0, 0, 1);
+  p.tensor(1, "w", "activation", w_bytes, a_bytes, 0, 3);
+  p.steps({{}, {0}, {1}, {1}}, {{0, 1}, {}, {}, {}});
   auto action = [&](const char* kind, int t, int after, int ready) {
-    p["actions"].push_back({{"kind", kind}, {"tensor", t}, {"bytes", bytes[t]},
-                            {"after_step", after}, {"ready_before_step", ready}});
+    p.action(kind, t, bytes[t], after, ready);
   };
   action("evict", 0, 0, 1);
   action("evict", 1, 0, 1);
@@ -368,12 +338,4 @@ TEST_CASE("trainer memory on a vmm pool: a paged-out tensor is read remotely at 
   autovm_pool_free(pool);
 }
 
-int main(int argc, char** argv) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: the gpu suite is skipped\n");
-    return 77;
-  }
-  doctest::Context context(argc, argv);
-  return context.run();
-}
+int main(int argc, char** argv) { return autovm::gpu_test::run_or_skip(argc, argv); }

@@ -114,10 +114,10 @@ class Verifier {
   void check_actions() {
     static const std::set<std::string> kAdvice = {"read_mostly", "preferred_location_device",
                                                   "preferred_location_host", "accessed_by_device"};
-    std::set<std::pair<TensorId, StepIndex>> remote_reads;
-    std::set<std::pair<TensorId, StepIndex>> remote_read_at;  // (tensor, step reading it)
+    // (tensor, step reading it) -> the first read_remote that says so
+    std::map<std::pair<TensorId, StepIndex>, const Action*> remote_read_at;
     for (const Action& a : p_.actions)
-      if (a.kind == ActionKind::read_remote) remote_read_at.insert({a.tensor, a.ready_before_step});
+      if (a.kind == ActionKind::read_remote) remote_read_at.emplace(std::pair{a.tensor, a.ready_before_step}, &a);
     auto at_last_use_only = [&](TensorKind k) {
       return std::find(p_.movable_at_last_use.begin(), p_.movable_at_last_use.end(), k) !=
              p_.movable_at_last_use.end();
@@ -174,7 +174,7 @@ class Verifier {
         case ActionKind::read_remote:
           if (a.after_step != a.ready_before_step - 1)
             bad(fmt::format("a read_remote has after_step = ready_before_step - 1, not {}", a.after_step));
-          if (!remote_reads.insert({a.tensor, a.ready_before_step}).second)
+          if (remote_read_at.at({a.tensor, a.ready_before_step}) != &a)
             bad(fmt::format("a second read_remote of '{}' at step {}: one says it", t.name,
                             a.ready_before_step));
           break;
