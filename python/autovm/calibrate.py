@@ -84,7 +84,7 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
     workspaces, so cuDNN's choice need not be bounded). The plan returned has .calibration: {"plans", "peak_bytes", "margin_bytes", "tries": [...]}."""
     import torch
 
-    from .planner import example_input
+    from .planner import _pool_cuts_workspaces, example_input
 
     # The steps run on a batch that holds its bytes, as the training script's batches do: an
     # example made by expand() (a shape to export) holds one sample, and the steps would
@@ -99,7 +99,14 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
     allowance = int(FRAGMENTATION * budget)
     tries = []
     # Runtime plans on a vmm pool: a plan whose steps' need was within the budget runs them
-    # again with the pool limited to it, as attach() will, before it is returned.
+    # again with the pool limited to it, as attach() will, before it is returned. Where the
+    # pool's refusals reach cuDNN as PyTorch's own error (planner._pool_cuts_workspaces), a
+    # need over the budget is checked at the limit too before the plan is changed: unlimited,
+    # cuDNN takes its fastest algorithm's workspace whatever the budget, and at the limit it
+    # takes a smaller one, as it will in training. Once a plan has run at the limit, every
+    # later try does.
+    cuts = executor == "runtime" and _pool_cuts_workspaces()
+    stay_limited = False
     verify = False
     saved = _Snapshot(model, optimizer)
     try:
@@ -124,6 +131,9 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
                 plan.calibration = {"plans": len({t["margin_bytes"] for t in tries}),
                                     "tries": tries, "peak_bytes": peak, "margin_bytes": margin}
                 return plan
+            if cuts and not verify:  # over the budget unlimited: run it at the limit
+                verify = stay_limited = True
+                continue
             if oom is None:
                 short = peak - budget
             else:
@@ -133,7 +143,7 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
                 elif short <= 0:  # fragmentation: the same plan, with more room to reserve
                     allowance += oom["reserved_bytes"] - oom["allocated_bytes"]
                     continue
-            verify = False
+            verify = stay_limited
             margin += short + int(SLACK_FRACTION * budget)
             if n == attempts or margin >= budget:
                 break
@@ -240,11 +250,12 @@ def _measure_runtime(plan, model, optimizer, x, labels, budget, device, *, autoc
                tensors the plan does not name, and the chunks' rounding. It is what the pool
                cannot give back, so it is what attach() needs when it limits the pool to the
                budget for a calibrated plan (unused chunks then go back before the budget is
-               passed). The steps run without that limit (limited=False): one run measures
-               the whole excess, where a run at the limit would stop at its first refusal.
-               limited=True runs them at the limit, as attach() will: fit() does so once a
-               plan's need is within the budget, since the pool's placement and the copies'
-               timing may differ there;
+               passed). Without the limit (limited=False) one run measures the whole
+               excess, where a run at the limit stops at its first refusal. limited=True
+               runs them at the limit, as attach() will: fit() does so once a plan's need is
+               within the budget, since the pool's placement and the copies' timing may
+               differ there, and, where cuDNN falls back to a smaller workspace on a
+               refusal, once a need over the budget was measured unlimited;
       managed  the runtime's count of the tensors bound to the plan: the pool's pages stay on
                the device (the budget there is the runtime's accounting).
     A vmm pool whose capacity is below the budget is refused: the steps would run out of
