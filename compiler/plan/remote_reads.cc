@@ -7,6 +7,7 @@
 
 #include "plan/gaps.h"
 #include "plan/residency.h"
+#include "training/cost.h"
 #include "util/error.h"
 #include "util/size.h"
 
@@ -21,6 +22,7 @@ constexpr size_t kExactInputs = 12;
 std::vector<TensorId> eligible_inputs(const TrainingGraph& g, const std::vector<Lifetime>& life,
                                       const Step& s, MovableKinds movable) {
   std::vector<TensorId> out;
+  if (training::is_matrix_product(s.op)) return out;
   for (TensorId x : s.inputs) {
     const Tensor& t = g.tensor(x);
     const Lifetime& l = life[size_t(x)];
@@ -118,12 +120,15 @@ RemoteReadChoice choose_remote_reads(const TrainingGraph& g, const std::vector<L
       throw Error(ErrorKind::infeasible,
                   fmt::format("the budget {} is too small: {} needs {} resident at once even "
                               "reading {} of its inputs remotely (it must hold what it writes, "
-                              "its workspace and the inputs a later step reads again). The "
+                              "its workspace and the inputs a later step reads again{}). The "
                               "smallest budget that works is {} (--budget min finds it); or "
                               "lower --batch{}",
                               format_bytes(budget), step_name(s),
                               format_bytes(need[size_t(s.id)] - bytes_of(g, xs)),
                               format_bytes(bytes_of(g, xs)),
+                              training::is_matrix_product(s.op)
+                                  ? "; a matrix product reads none of its operands remotely"
+                                  : "",
                               format_bytes(*std::max_element(floor.begin(), floor.end())),
                               movable.all() ? "" : ", or let more kinds move (--movable)"));
     }

@@ -7,8 +7,12 @@
 //
 //   eligible    an input x of step s that s is the last reader of (s = x's last use), with
 //               an earlier use (something can evict it before s), of a movable kind, not
-//               persistent, not written by s and not s's workspace. Reading x remotely at
-//               its last use replaces its prefetch: x is evicted once and never comes back.
+//               persistent, not written by s and not s's workspace, where s is no matrix
+//               product (training::is_matrix_product: its kernels read an operand's tiles
+//               many times, so a remote operand would cross the link many times, not once as
+//               the cost below counts; docs/planner.md, "Remote reads"). Reading x remotely
+//               at its last use replaces its prefetch: x is evicted once and never comes
+//               back.
 //   chosen      at each step s whose unavoidable bytes (plan/gaps.h) exceed the budget by
 //               e > 0, the eligible inputs of least total bytes that cover e (ties: fewer
 //               tensors, then the lower tensor ids); a step with more than 12 eligible inputs

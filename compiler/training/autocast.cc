@@ -1,6 +1,8 @@
 // The autocast op lists (autocast.h).
 #include "training/autocast.h"
 
+#include "training/cost.h"
+
 #include <array>
 
 namespace autovm::training {
@@ -26,14 +28,10 @@ DType low_dtype(Autocast a) {
 }
 
 AutocastList autocast_list(std::string_view op) {
-  constexpr std::array<std::string_view, 7> lower = {"Conv",   "ConvTranspose", "Einsum",
-                                                    "Gemm",   "Linear",        "MatMul",
-                                                    "ScaledDotProductAttention"};
   constexpr std::array<std::string_view, 8> fp32 = {"Exp",        "GroupNormalization", "LayerNormalization",
                                                     "Pow",        "ReduceProd",         "ReduceSum",
                                                     "Softmax",    "Softplus"};
-  for (std::string_view o : lower)
-    if (o == op) return AutocastList::lower;
+  if (is_matrix_product(op) && !op.ends_with("Grad")) return AutocastList::lower;
   for (std::string_view o : fp32)
     if (o == op) return AutocastList::fp32;
   if (op == "ReduceL2") return AutocastList::fp32_dtype;

@@ -3,6 +3,7 @@
 #include "model/einsum.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <unordered_map>
 
@@ -30,6 +31,14 @@ double elementwise_cost(const std::string& op) {
 }
 
 }  // namespace
+
+bool is_matrix_product(std::string_view op) {
+  constexpr std::string_view grad = "Grad";
+  if (op.size() > grad.size() && op.ends_with(grad)) op.remove_suffix(grad.size());
+  constexpr std::array<std::string_view, 7> products = {
+      "Conv", "ConvTranspose", "Einsum", "Gemm", "Linear", "MatMul", "ScaledDotProductAttention"};
+  return std::find(products.begin(), products.end(), op) != products.end();
+}
 
 double forward_flops(const model::Model& m, const model::Node& n) {
   const Shape* in0 = n.inputs.empty() ? nullptr : shape_of(m, n.inputs[0]);

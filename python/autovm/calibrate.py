@@ -100,17 +100,18 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
     tries = []
     # Runtime plans on a vmm pool: a plan whose steps' need was within the budget runs them
     # again with the pool limited to it, as attach() will, before it is returned. Where the
-    # pool's refusals reach cuDNN as PyTorch's own error (planner._pool_cuts_workspaces), a
-    # need over the budget is checked at the limit too before the plan is changed: unlimited,
-    # cuDNN takes its fastest algorithm's workspace whatever the budget, and at the limit it
-    # takes a smaller one, as it will in training. Once a plan has run at the limit, every
-    # later try does.
-    cuts = executor == "runtime" and _pool_cuts_workspaces()
-    stay_limited = False
+    # pool's refusals reach cuDNN as PyTorch's own error (planner._pool_cuts_workspaces), the
+    # first need over the budget is run again at the limit before the plan is changed:
+    # unlimited, cuDNN takes its fastest algorithm's workspace whatever the budget; at the
+    # limit it takes a smaller one, as it will in training. Should that run fail too, the plan
+    # grows by the need measured unlimited, as without the shim.
+    check_at_limit = executor == "runtime" and _pool_cuts_workspaces()
+    unlimited_need = None  # (peak, oom) of the try the check at the limit repeats
     verify = False
+    allowed = attempts + int(check_at_limit)
     saved = _Snapshot(model, optimizer)
     try:
-        for n in range(1, attempts + 1):
+        for n in range(1, allowed + 1):
             if n > 1:
                 saved.restore()
             if executor == "runtime":
@@ -131,9 +132,11 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
                 plan.calibration = {"plans": len({t["margin_bytes"] for t in tries}),
                                     "tries": tries, "peak_bytes": peak, "margin_bytes": margin}
                 return plan
-            if cuts and not verify:  # over the budget unlimited: run it at the limit
-                verify = stay_limited = True
+            if check_at_limit and not verify:  # over the budget unlimited: run it at the limit
+                check_at_limit, unlimited_need, verify = False, (peak, oom), True
                 continue
+            if unlimited_need is not None:  # the check at the limit failed
+                (peak, oom), unlimited_need = unlimited_need, None
             if oom is None:
                 short = peak - budget
             else:
@@ -143,9 +146,9 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
                 elif short <= 0:  # fragmentation: the same plan, with more room to reserve
                     allowance += oom["reserved_bytes"] - oom["allocated_bytes"]
                     continue
-            verify = stay_limited
+            verify = False
             margin += short + int(SLACK_FRACTION * budget)
-            if n == attempts or margin >= budget:
+            if n == allowed or margin >= budget:
                 break
             try:
                 plan = replan(margin)

@@ -178,6 +178,25 @@ TEST_CASE("what a step may not read remotely") {
     only_gradients.bits = uint32_t(1) << unsigned(TensorKind::gradient);
     CHECK(remote_floor_bytes(h, hl, only_gradients)[2] == 300);
   }
+  SUBCASE("a matrix product reads none of its operands remotely, forward or backward") {
+    // two_last_readers with step 2 a convolution (then its backward), step 3 a ReLU: a and b,
+    // read last by step 2, stay resident there; c, read last by the ReLU, may be read remotely.
+    for (const char* op : {"Conv", "ConvGrad", "Gemm", "MatMulGrad"}) {
+      CAPTURE(op);
+      TrainingGraph h = graph_of({100, 100, 100, 100},
+                                 {{"A", {}, {0}}, {"B", {0}, {1}}, {op, {0, 1}, {2}}, {"Relu", {2}, {3}}});
+      auto hl = compute_lifetimes(h);
+      CHECK(remote_floor_bytes(h, hl, {}) == std::vector<int64_t>{100, 200, 300, 100});
+      try {
+        choose_remote_reads(h, hl, 250, {}, remote_link());
+        FAIL("no error");
+      } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::infeasible);
+        CHECK(std::string(e.what()).find("a matrix product reads none of its operands remotely") !=
+              std::string::npos);
+      }
+    }
+  }
 }
 
 TEST_CASE("no remote reads where every working set fits the budget") {
