@@ -13,6 +13,7 @@ reads; writes every interval to --out.
 
   python3 tools/bench/runtime_step_times.py --plans-dir DIR --model vgg19 \\
       --lib build/runtime/libautovm.so.1 --out $OUT/vgg19-steps.json
+  /usr/bin/python3 tools/bench/runtime_step_times.py --from-json vgg19-steps.json --csv steps.csv
 DIR is a folder of runtime_training.py --make-plans (its manifest.json gives the budget).
 """
 import argparse
@@ -60,17 +61,68 @@ def intervals(doc, rows):
     return out
 
 
+def table(found, top):
+    """The `top` intervals whose time exceeds the prediction most, as CSV rows (header first)."""
+    rows = [["plan steps", "ops", "inputs read remotely", "workspace GB", "measured ms",
+             "predicted ms", "measured / predicted"]]
+    for i in sorted(found, key=lambda i: i["predicted_us"] - i["measured_us"])[:top]:
+        first, last = i["first"], i["last"]
+        rows.append([str(first) if first == last else f"{first}-{last}",
+                     "; ".join(o.split(" ", 1)[1] for o in i["ops"])[:120],
+                     str(i["remote_reads"]), f"{i['workspace_bytes'] / 1e9:.2f}",
+                     f"{i['measured_us'] / 1e3:.1f}", f"{i['predicted_us'] / 1e3:.1f}",
+                     f"{i['measured_us'] / max(i['predicted_us'], 1):.1f}x"])
+    return rows
+
+
+def summary(doc):
+    found = doc["intervals"]
+    measured = sum(i["measured_us"] for i in found)
+    predicted = sum(i["predicted_us"] for i in found)
+    steps = max(doc["runtime"].get("training_steps", 1), 1)
+    return (f"{doc['model']}: budget {doc['budget_bytes'] / 1e9:.2f} GB, last step "
+            f"{measured / 1e3:.1f} ms measured, {predicted / 1e3:.1f} ms predicted "
+            f"({measured / max(predicted, 1):.2f}x); stall "
+            f"{doc['runtime'].get('stall_us', 0) / 1e3 / steps:.1f} ms a step counted by the "
+            f"runtime; the pool refused {doc['pool'].get('failed_allocations', 0)} requests")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--plans-dir", required=True)
+    ap.add_argument("--plans-dir")
     ap.add_argument("--model", default="vgg19")
-    ap.add_argument("--lib", required=True)
+    ap.add_argument("--lib")
     ap.add_argument("--chunk-bytes", type=int, default=8 << 20)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--top", type=int, default=12)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="the JSON of everything measured")
+    ap.add_argument("--from-json", metavar="FILE",
+                    help="print (and with --csv write) the table of an earlier --out, no GPU")
+    ap.add_argument("--csv", help="the table as CSV")
     args = ap.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            doc = json.load(f)
+    else:
+        if not (args.plans_dir and args.lib and args.out):
+            ap.error("--plans-dir, --lib and --out are needed unless --from-json is given")
+        doc = measure(args)
+        tmp = args.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1)
+        os.replace(tmp, args.out)
+    rows = table(doc["intervals"], args.top)
+    print(summary(doc))
+    for r in rows:
+        print(" | ".join(r))
+    if args.csv:
+        import csv
+        with open(args.csv, "w", newline="") as f:
+            csv.writer(f).writerows(rows)
 
+
+def measure(args):
+    """Trains under the plan with the time trace: the JSON document --out holds."""
     import torch
     import torch.nn.functional as F
 
@@ -103,27 +155,9 @@ def main():
             torch.cuda.synchronize()
             rows = run.time_rows()
             runtime_stats = run.runtime.stats()
-    found = intervals(doc, rows)
-    measured = sum(i["measured_us"] for i in found)
-    predicted = sum(i["predicted_us"] for i in found)
-    print(f"{args.model}: budget {budget / 1e9:.2f} GB, last step {measured / 1e3:.1f} ms "
-          f"measured, {predicted / 1e3:.1f} ms predicted ({measured / max(predicted, 1):.2f}x); "
-          f"stall {runtime_stats.get('stall_us', 0) / 1e3 / args.steps:.1f} ms a step counted "
-          f"by the runtime; pool {json.dumps({k: allocator.stats()[k] for k in ('failed_allocations', 'paged_out_bytes', 'paged_in_bytes')})}")
-    print(f"{'steps':>9} {'measured ms':>11} {'predicted ms':>12} {'excess ms':>9} {'ws GB':>6} "
-          f"{'remote':>6}  ops")
-    for i in sorted(found, key=lambda i: i["predicted_us"] - i["measured_us"])[:args.top]:
-        print(f"{i['first']:>4}-{i['last']:<4} {i['measured_us'] / 1e3:11.1f} "
-              f"{i['predicted_us'] / 1e3:12.1f} {(i['measured_us'] - i['predicted_us']) / 1e3:9.1f} "
-              f"{i['workspace_bytes'] / 1e9:6.2f} {i['remote_reads']:6d}  "
-              f"{'; '.join(i['ops'])[:150]}")
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"model": args.model, "budget_bytes": budget, "device":
-                   torch.cuda.get_device_name(), "torch": torch.__version__,
-                   "runtime": runtime_stats, "pool": allocator.stats(), "rows": rows,
-                   "intervals": found}, f, indent=1)
-    os.replace(tmp, args.out)
+    return {"model": args.model, "budget_bytes": budget, "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__, "runtime": runtime_stats, "pool": allocator.stats(),
+            "rows": rows, "intervals": intervals(doc, rows)}
 
 
 if __name__ == "__main__":
