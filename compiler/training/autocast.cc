@@ -1,9 +1,9 @@
 // The autocast op lists (autocast.h).
 #include "training/autocast.h"
 
-#include "training/cost.h"
-
 #include <array>
+
+#include "training/cost.h"
 
 namespace autovm::training {
 
