@@ -83,8 +83,7 @@ def make_plans(d, names, args):
         for fraction in (float(f) for f in args.budget_fractions.split(",")):
             budget = int(MEASURED[name]["plain"] * fraction)
             cmd = [sys.executable] + sys.argv + ["--one-plan", f"{name}/{budget}"]
-            proc = subprocess.run(cmd, capture_output=True, text=True,
-                                  timeout=args.config_timeout)
+            proc = _run_planning(cmd, args.config_timeout)
             line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             if line:
                 entry = json.loads(line[-1][len("RESULT "):])
@@ -92,13 +91,29 @@ def make_plans(d, names, args):
                 manifest[name] = entry
                 break
             refused.append({"budget_bytes": budget, "fraction_of_plain": fraction,
-                            "error": (proc.stderr or proc.stdout)[-1500:]})
+                            "returncode": proc.returncode,
+                            "error": (proc.stderr or proc.stdout)[-1500:]
+                            or f"the planning process exited {proc.returncode} and printed "
+                               f"nothing"})
             print(f"{name}: {budget / 1e9:.2f} GB refused: {refused[-1]['error'][-400:]}",
                   flush=True)
         else:
             manifest[name] = {"file": None, "refused_budgets": refused}
         _write_manifest(d, manifest)  # after every model: a later one may not finish
     _write_manifest(d, manifest)
+
+
+def _run_planning(cmd, timeout):
+    """subprocess.run(cmd) with its output as text; past `timeout` seconds the child is killed
+    and the result says so in its stderr (returncode None)."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        def text(b):  # the partial output comes as bytes, whatever text= says
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        return subprocess.CompletedProcess(
+            cmd, None, text(e.stdout),
+            text(e.stderr) + f"\nplanning took over --config-timeout ({timeout:.0f} s)")
 
 
 def _write_manifest(d, manifest):
