@@ -177,6 +177,18 @@ def stats():
     return {name: getattr(s, name) for name, _ in PoolStats._fields_}
 
 
+def outside_bytes():
+    """Device memory in use on the current GPU beyond what the pool holds: cudaMemGetInfo's used
+    bytes less the pool's resident bytes. That is the CUDA context, the libraries' handles and
+    scratch memory outside the pool (cuDNN, cuBLAS, NCCL), and whatever other processes hold
+    on the same GPU. Meaningful for a vmm pool, whose resident bytes are device memory; a
+    managed pool's pages count in cudaMemGetInfo wherever they lie."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    return max(0, total - free - stats()["resident_bytes"])
+
+
 def reset_peaks():
     lib, handle = _pool()
     lib.call("autovm_pool_reset_peaks", handle)

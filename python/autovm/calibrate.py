@@ -81,7 +81,9 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
     """The first plan (of replan(margin), starting from `plan`) whose `steps` training steps
     run within `budget` bytes. replan(margin) plans under budget - margin. capped=False: the
     copy path's steps run without the cap (the plan has the convolutions' measured
-    workspaces, so cuDNN's choice need not be bounded). The plan returned has .calibration: {"plans", "peak_bytes", "margin_bytes", "tries": [...]}."""
+    workspaces, so cuDNN's choice need not be bounded). The plan returned has .calibration: {"plans", "peak_bytes", "margin_bytes", "tries": [...]},
+    and for runtime plans "outside_pool_bytes" (device memory beside a vmm pool, in the budget)
+    and "pool_limit_bytes" (the budget less it: what attach() limits a vmm pool to)."""
     import torch
 
     from .planner import _pool_cuts_workspaces, example_input
@@ -107,6 +109,11 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
     # grows by the need measured unlimited, as without the shim.
     check_at_limit = executor == "runtime" and _pool_cuts_workspaces()
     unlimited_need = None  # (peak, oom) of the try the check at the limit repeats
+    # On a vmm pool the budget also holds what the process has on the device beside the pool
+    # (allocator.outside_bytes: the CUDA context, the libraries' handles), so that
+    # cudaMemGetInfo stays within it too: the pool gets the rest. It is measured after each
+    # try, whose steps create those handles, and the most seen is kept.
+    outside = 0
     verify = False
     allowed = attempts + int(check_at_limit)
     saved = _Snapshot(model, optimizer)
@@ -115,22 +122,33 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
             if n > 1:
                 saved.restore()
             if executor == "runtime":
-                peak, oom, start = _measure_runtime(plan, model, optimizer, x, labels, budget,
-                                                    device, autocast=autocast, loss=loss,
+                peak, oom, start = _measure_runtime(plan, model, optimizer, x, labels,
+                                                    budget - outside, device,
+                                                    autocast=autocast, loss=loss,
                                                     steps=steps, limited=verify)
+                outside = max(outside, _outside_pool())
+                if outside >= budget:
+                    raise PlannerError(
+                        f"the budget {budget} B cannot be promised: this process already holds "
+                        f"{outside} B of device memory outside autovm's pool (the CUDA "
+                        f"context, cuDNN's and cuBLAS's handles, and other processes on this "
+                        f"GPU). Give a larger budget", exit_code=6)
             else:
                 peak, oom, start = _measure(plan, model, optimizer, x, labels, budget,
                                             allowance if capped else None, total, device,
                                             autocast=autocast, loss=loss, steps=steps)
+            held = budget - outside  # what the counted peak must stay within
             tries.append({"margin_bytes": margin, "planned_budget_bytes": plan.budget_bytes,
-                          "peak_bytes": peak, "out_of_memory": oom, **start})
-            if oom is None and peak <= budget and executor == "runtime" and not verify \
+                          "peak_bytes": peak, "out_of_memory": oom, "outside_pool_bytes":
+                          outside, **start})
+            if oom is None and peak <= held and executor == "runtime" and not verify \
                     and _limited_pool():
                 verify = True
                 continue
-            if oom is None and peak <= budget:
+            if oom is None and peak <= held:
                 plan.calibration = {"plans": len({t["margin_bytes"] for t in tries}),
-                                    "tries": tries, "peak_bytes": peak, "margin_bytes": margin}
+                                    "tries": tries, "peak_bytes": peak, "margin_bytes": margin,
+                                    "outside_pool_bytes": outside, "pool_limit_bytes": held}
                 return plan
             if check_at_limit and not verify:  # over the budget unlimited: run it at the limit
                 check_at_limit, unlimited_need, verify = False, (peak, oom), True
@@ -138,9 +156,9 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
             if unlimited_need is not None:  # the check at the limit failed
                 (peak, oom), unlimited_need = unlimited_need, None
             if oom is None:
-                short = peak - budget
+                short = peak - held
             else:
-                short = oom["allocated_bytes"] + oom["requested_bytes"] - budget
+                short = oom["allocated_bytes"] + oom["requested_bytes"] - held
                 if short <= 0 and executor == "runtime":  # the pool's fragmentation
                     short = oom["requested_bytes"]
                 elif short <= 0:  # fragmentation: the same plan, with more room to reserve
@@ -234,6 +252,14 @@ def _measure(plan, model, optimizer, x, labels, budget, allowance, total, device
     finally:
         if allowance is not None:
             torch.cuda.set_per_process_memory_fraction(before, device)
+
+
+def _outside_pool():
+    """allocator.outside_bytes() on a vmm pool; 0 elsewhere (the copy path's budget is
+    PyTorch's allocated memory; a managed pool's budget is the runtime's count)."""
+    from . import allocator
+
+    return allocator.outside_bytes() if allocator.memory() == "vmm" else 0
 
 
 def _limited_pool():

@@ -89,12 +89,14 @@ def make_runtime(plan, mode="plan", backend="cuda"):
                 "capacity has to hold the plan and what it does not see (cuDNN workspaces, "
                 "whole-chunk rounding: docs/trainer-paging.md); install the allocator with a "
                 "larger capacity_bytes", RuntimeWarning, stacklevel=3)
-    # A calibrated plan's budget was measured as the device memory the pool holds: the pool's
-    # limit keeps it there (unused chunks go back before the budget is passed).
-    calibrated = getattr(plan, "calibration", None) is not None
+    # A calibrated plan's budget was measured as the device memory the pool holds, with what the
+    # process holds beside it: the pool's limit keeps it at the rest (unused chunks go back
+    # before the limit is passed).
+    calibration = getattr(plan, "calibration", None)
     limit = 0
-    if memory == "vmm" and calibrated:
-        limit = min(plan.requested_budget_bytes, allocator.stats()["capacity_bytes"])
+    if memory == "vmm" and calibration is not None:
+        limit = min(calibration.get("pool_limit_bytes", plan.requested_budget_bytes),
+                    allocator.stats()["capacity_bytes"])
     return RuntimeExecutor(plan, mode=mode, backend=backend, lib=allocator.library(),
                            mechanism=POOL_MECHANISMS[memory], pool_limit_bytes=limit)
 
