@@ -210,9 +210,11 @@ def _():
     return "" if p.calibration["margin_bytes"] == 25 else f"{p.calibration}"
 
 
-def runs_with_the_shim(measure):
-    """fit() of a 1000 B budget on a vmm pool whose refusals reach cuDNN (the allocator shim),
-    with `measure` as the steps: the plans' budgets and the runs' limits, and the Plan kept."""
+def scripted_vmm_fit(measure, shim=True, outside=0):
+    """fit() of a 1000 B budget on a vmm pool, with `measure(plan, budget, limited)` as the
+    steps; shim: the pool's refusals reach cuDNN (the allocator shim); outside: the device
+    memory beside the pool. The runs, as (plan's budget, the budget the steps had, limited),
+    and the Plan kept."""
     from autovm import planner
 
     class Plan:
@@ -221,32 +223,36 @@ def runs_with_the_shim(measure):
 
     runs = []
 
-    def recorded(plan, *args, limited=False, **kw):
-        runs.append((plan.budget_bytes, limited))
-        return measure(plan, limited)
+    def recorded(plan, model, optimizer, x, labels, budget, *args, limited=False, **kw):
+        runs.append((plan.budget_bytes, budget, limited))
+        return measure(plan, budget, limited)
 
     saved = (calibrate._measure_runtime, torch.cuda.get_device_properties,
-             calibrate._limited_pool, planner._pool_cuts_workspaces)
+             calibrate._limited_pool, calibrate._outside_pool, planner._pool_cuts_workspaces)
     calibrate._measure_runtime, calibrate._limited_pool = recorded, lambda: True
-    planner._pool_cuts_workspaces = lambda: True
+    calibrate._outside_pool = lambda: outside
+    planner._pool_cuts_workspaces = lambda: shim
     torch.cuda.get_device_properties = lambda d: type("Device", (), {"total_memory": 10 ** 6})
     try:
         m = Tiny().train()
         p = calibrate.fit(Plan(0), Plan, m, (x, y), momentum(m), 1000, executor="runtime")
     finally:
         (calibrate._measure_runtime, torch.cuda.get_device_properties, calibrate._limited_pool,
-         planner._pool_cuts_workspaces) = saved
+         calibrate._outside_pool, planner._pool_cuts_workspaces) = saved
     return runs, p
+
+
+def start_of(budget, limited):
+    return {"allocated_before_bytes": 0, "cap_bytes": budget if limited else None}
 
 
 @case("with the shim, a need over the budget unlimited is kept when it holds at the limit")
 def _():
-    def measure(plan, limited):  # unlimited, cuDNN's fastest workspace: 600 B over the plan
-        start = {"allocated_before_bytes": 0, "cap_bytes": 1000 if limited else None}
-        return plan.budget_bytes + (0 if limited else 600), None, start
+    def measure(plan, budget, limited):  # unlimited, cuDNN's fastest workspace: 600 B over
+        return plan.budget_bytes + (0 if limited else 600), None, start_of(budget, limited)
 
-    runs, p = runs_with_the_shim(measure)
-    want = [(1000, False), (1000, True)]
+    runs, p = scripted_vmm_fit(measure)
+    want = [(1000, 1000, False), (1000, 1000, True)]
     if runs != want:
         return f"runs {runs}, not {want}"
     c = p.calibration
@@ -255,17 +261,16 @@ def _():
 
 @case("with the shim, a need that fails at the limit too grows the plan by the unlimited need")
 def _():
-    def measure(plan, limited):  # 150 B over unlimited; the first plan runs out at the limit
-        start = {"allocated_before_bytes": 0, "cap_bytes": 1000 if limited else None}
-        if limited and plan.budget_bytes == 1000:
+    def measure(plan, budget, limited):  # 150 B over unlimited; the first plan runs out at
+        if limited and plan.budget_bytes == 1000:  # the limit
             return None, {"allocated_bytes": 998, "reserved_bytes": 998, "requested_bytes": 4,
-                          "after_step": 3}, start
-        return plan.budget_bytes + 150, None, start
+                          "after_step": 3}, start_of(budget, limited)
+        return plan.budget_bytes + 150, None, start_of(budget, limited)
 
-    runs, p = runs_with_the_shim(measure)
+    runs, p = scripted_vmm_fit(measure)
     # The margin grows by the 150 B measured unlimited plus 1 % of 1000, not by the 2 B the run
     # at the limit was short; 840 + 150 fits, and runs again at the limit before it is kept.
-    want = [(1000, False), (1000, True), (840, False), (840, True)]
+    want = [(1000, 1000, False), (1000, 1000, True), (840, 1000, False), (840, 1000, True)]
     if runs != want:
         return f"runs {runs}, not {want}"
     return "" if p.calibration["margin_bytes"] == 160 else f"{p.calibration}"
@@ -273,28 +278,11 @@ def _():
 
 @case("on a vmm pool the budget holds the memory beside the pool too; the pool gets the rest")
 def _():
-    class Plan:
-        def __init__(self, margin):
-            self.budget_bytes, self.pytorch_margin_bytes, self.calibration = 1000 - margin, 0, None
+    def measure(plan, budget, limited):  # 10 B under the plan's budget
+        return plan.budget_bytes - 10, None, start_of(budget, limited)
 
-    runs = []
-
-    def measure(plan, model, optimizer, x, labels, budget, *args, limited=False, **kw):
-        runs.append((plan.budget_bytes, budget, limited))  # 10 B under the plan's budget
-        return plan.budget_bytes - 10, None, {"allocated_before_bytes": 0,
-                                              "cap_bytes": budget if limited else None}
-
-    saved = (calibrate._measure_runtime, torch.cuda.get_device_properties,
-             calibrate._limited_pool, calibrate._outside_pool)
-    calibrate._measure_runtime, calibrate._limited_pool = measure, lambda: True
-    calibrate._outside_pool = lambda: 100  # the CUDA context and handles, beside the pool
-    torch.cuda.get_device_properties = lambda d: type("Device", (), {"total_memory": 10 ** 6})
-    try:
-        m = Tiny().train()
-        p = calibrate.fit(Plan(0), Plan, m, (x, y), momentum(m), 1000, executor="runtime")
-    finally:
-        (calibrate._measure_runtime, torch.cuda.get_device_properties, calibrate._limited_pool,
-         calibrate._outside_pool) = saved
+    # 100 B beside the pool: the CUDA context and handles. Without the shim.
+    runs, p = scripted_vmm_fit(measure, shim=False, outside=100)
     # The first try, before anything beside the pool was seen, held 990 B: 90 B over the 900 B
     # left for the pool. The margin grows by 90 + 10; the plan at 900 holds 890, and runs
     # again at the limit of 900 before it is kept.
