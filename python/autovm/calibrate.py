@@ -81,9 +81,10 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
     """The first plan (of replan(margin), starting from `plan`) whose `steps` training steps
     run within `budget` bytes. replan(margin) plans under budget - margin. capped=False: the
     copy path's steps run without the cap (the plan has the convolutions' measured
-    workspaces, so cuDNN's choice need not be bounded). The plan returned has .calibration: {"plans", "peak_bytes", "margin_bytes", "tries": [...]},
-    and for runtime plans "outside_pool_bytes" (device memory beside a vmm pool, in the budget)
-    and "pool_limit_bytes" (the budget less it: what attach() limits a vmm pool to)."""
+    workspaces, so cuDNN's choice need not be bounded). The plan returned has .calibration:
+    {"plans", "peak_bytes", "margin_bytes", "tries": [...]}, and for runtime plans
+    "outside_pool_bytes" (device memory beside a vmm pool, in the budget) and
+    "pool_limit_bytes" (the budget less it: what attach() limits a vmm pool to)."""
     import torch
 
     from .planner import _pool_cuts_workspaces, example_input

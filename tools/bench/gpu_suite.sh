@@ -7,6 +7,10 @@
 # $OUT/gpu-TEST.txt (default folder: ./gpu-results); the last line printed is one
 # "N passed, M failed, K skipped" over the tests run. Exit status: 0 when none failed.
 set -u
+if [ $# -lt 1 ] || [ ! -x "$1/bin/autovm-plan" ]; then
+  echo "usage: tools/bench/gpu_suite.sh STAGE_DIR [TEST...] (STAGE_DIR from tools/bench/stage_gpu.sh)" >&2
+  exit 2
+fi
 stage=$(cd "$1" && pwd); shift
 tests=("$@")
 [ ${#tests[@]} -eq 0 ] && tests=(pool mechanisms remote allocator runtime calibrate adapter)

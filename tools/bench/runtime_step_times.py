@@ -30,8 +30,9 @@ from runtime_training import runtime_plan_path  # noqa: E402
 
 
 def intervals(doc, rows):
-    """The last training step's intervals between marks: dicts with the plan steps (first,
-    last], both inclusive as [first, last], measured and predicted microseconds."""
+    """The last training step's intervals between marks: dicts with the plan steps they hold,
+    [first, last] (both inclusive), their ops, workspace bytes and remote reads, and the
+    measured and predicted microseconds."""
     steps = doc["steps"]
     remote = {}
     for a in doc["actions"]:
