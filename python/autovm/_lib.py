@@ -73,7 +73,8 @@ class RuntimeStats(ctypes.Structure):
         ("memory_bytes", ctypes.c_int64), ("unbound_actions", ctypes.c_int64),
         ("unbound_bytes", ctypes.c_int64), ("late_requires", ctypes.c_int64),
         ("stale_prefetches", ctypes.c_int64), ("remote_reads", ctypes.c_int64),
-        ("remote_read_bytes", ctypes.c_int64)]
+        ("remote_read_bytes", ctypes.c_int64), ("host_us", ctypes.c_double),
+        ("host_wait_us", ctypes.c_double), ("paging_us", ctypes.c_double)]
 
 
 BACKENDS = {"host": 0, "cuda": 1}

@@ -31,6 +31,8 @@ struct BackendStats {
   // Trainer memory on a vmm pool (the mapped mechanism), counted by the backend:
   int64_t late_requires = 0;     // require() calls that had to bring a tensor back or wait
   int64_t stale_prefetches = 0;  // copies back skipped: the trainer had freed the allocation
+  double host_wait_us = 0;       // SUM: TrainerPaging::HostTimes::wait_us
+  double paging_us = 0;          // SUM: TrainerPaging::HostTimes::vmm_us
 };
 inline constexpr double kLateUs = 5.0;
 

@@ -394,6 +394,11 @@ class CudaBackend final : public Backend {
 
   const BackendStats& stats() override {
     timer_.harvest(stats_, true);
+    if (paging_) {
+      const TrainerPaging::HostTimes times = paging_->host_times();
+      stats_.host_wait_us = times.wait_us;
+      stats_.paging_us = times.vmm_us;
+    }
     return stats_;
   }
 
@@ -402,6 +407,7 @@ class CudaBackend final : public Backend {
     const size_t steps = stats_.by_step_us.size();
     stats_ = BackendStats{};
     stats_.by_step_us.assign(steps, 0.0);
+    if (paging_) paging_->reset_host_times();
   }
 
  private:

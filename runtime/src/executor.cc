@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <chrono>
 #include <sstream>
 
 namespace autovm::rt {
@@ -23,6 +24,22 @@ const char* describe(autovm_residency r) {
   }
   return "?";
 }
+
+// Adds the wall time of its scope to `sum_us` (autovm_stats::host_us), however it is left.
+class HostTimer {
+ public:
+  explicit HostTimer(double& sum_us) : sum_us_(sum_us), start_(std::chrono::steady_clock::now()) {}
+  ~HostTimer() {
+    sum_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_)
+                   .count();
+  }
+  HostTimer(const HostTimer&) = delete;
+  HostTimer& operator=(const HostTimer&) = delete;
+
+ private:
+  double& sum_us_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 }  // namespace
 
@@ -217,6 +234,7 @@ void Executor::read_remotely(StepIndex s, void* stream) {
 }
 
 void Executor::step_begin(StepIndex s, void* stream) {
+  const HostTimer timer(stats_.host_us);
   const StepIndex n = plan_->step_count();
   if (running_)
     throw Error(AUTOVM_ERR_STATE, "autovm_step_begin(" + std::to_string(s) + ") while step " +
@@ -266,6 +284,7 @@ void Executor::step_begin(StepIndex s, void* stream) {
 }
 
 void Executor::step_end(StepIndex s, void* stream) {
+  const HostTimer timer(stats_.host_us);
   const StepIndex n = plan_->step_count();
   if (!running_ || *running_ != s)
     throw Error(AUTOVM_ERR_STATE,
@@ -341,6 +360,8 @@ autovm_stats Executor::stats() const {
   out.measured_waits = stalls.measured;
   out.late_requires = stalls.late_requires;
   out.stale_prefetches = stalls.stale_prefetches;
+  out.host_wait_us = stalls.host_wait_us;
+  out.paging_us = stalls.paging_us;
   out.memory_bytes = trainer_memory_ ? 0 : plan_->memory_bytes();
   return out;
 }

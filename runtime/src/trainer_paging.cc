@@ -7,6 +7,7 @@
 #include "trainer_paging.h"
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <string>
 
@@ -102,8 +103,20 @@ bool TrainerPaging::reclaim() {
   return any;
 }
 
+namespace {
+
+// Microseconds since `start`.
+double since_us(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
 bool TrainerPaging::land(const PageOut& o) {
+  const auto start = std::chrono::steady_clock::now();
   check(cudaEventSynchronize(o.copied), "cudaEventSynchronize of an eviction's copy");
+  times_.wait_us += since_us(start);
   return page_out(o.tensor);
 }
 
@@ -118,7 +131,9 @@ bool TrainerPaging::page_out(TensorId id) {
     if (other.address < st.address + st.bytes && st.address < other.address + other.bytes)
       return false;  // shares the storage
   }
+  const auto start = std::chrono::steady_clock::now();
   const int64_t released = pool_.page_out(*st.live, st.address, st.bytes);
+  times_.vmm_us += since_us(start);
   st.paged = released > 0 || st.paged;
   st.paged_bytes += released;
   return released > 0;
@@ -151,7 +166,10 @@ TrainerPaging::Back TrainerPaging::bring_back(const Tensor& t) {
     settle(r);
     r.mapped = false;
   }
-  if (!pool_.page_in(*st.live, st.address, st.bytes)) {
+  const auto start = std::chrono::steady_clock::now();
+  const bool mapped = pool_.page_in(*st.live, st.address, st.bytes);
+  times_.vmm_us += since_us(start);
+  if (!mapped) {
     st.live.reset();  // the trainer freed it: nothing of it is ours to move
     return Back::kStale;
   }
@@ -234,7 +252,9 @@ void TrainerPaging::settle(Remote& r) {
     check(cudaEventRecord(r.done, r.stream), "cudaEventRecord (a remote read's step)");
     r.done_recorded = true;
   }
+  const auto start = std::chrono::steady_clock::now();
   check(cudaEventSynchronize(r.done), "cudaEventSynchronize of a remote read's step");
+  times_.wait_us += since_us(start);
 }
 
 bool TrainerPaging::readable(const Tensor& t) const {
@@ -249,7 +269,10 @@ std::optional<TrainerPaging::Lent> TrainerPaging::take_back(const Tensor& t) {
   const DevicePool::Live old = *r.lent;
   r.lent.reset();
   settle(r);
-  if (!pool_.page_in(old, r.lent_address, r.lent_bytes)) return std::nullopt;  // freed
+  const auto start = std::chrono::steady_clock::now();
+  const bool mapped = pool_.page_in(old, r.lent_address, r.lent_bytes);
+  times_.vmm_us += since_us(start);
+  if (!mapped) return std::nullopt;  // freed
   return Lent{old, r.lent_address, r.lent_bytes,
               r.host->base() + r.lent_address % static_cast<uintptr_t>(r.host->chunk())};
 }
@@ -269,6 +292,16 @@ std::vector<TensorId> TrainerPaging::lent_overlapping(const void* p, uint64_t by
       out.push_back(static_cast<TensorId>(i));
   }
   return out;
+}
+
+TrainerPaging::HostTimes TrainerPaging::host_times() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return times_;
+}
+
+void TrainerPaging::reset_host_times() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  times_ = HostTimes{};
 }
 
 std::vector<TensorId> TrainerPaging::lent() const {

@@ -110,6 +110,16 @@ class TrainerPaging {
   std::vector<TensorId> lent_overlapping(const void* p, uint64_t bytes) const;
   std::vector<TensorId> lent() const;
 
+  // Host time spent by this paging since the last reset (SUM, microseconds): blocked on the
+  // device (copies out waited for before their pages go, remote reads' steps waited for before
+  // their host memory goes), and in the pool's mapping and unmapping of chunks.
+  struct HostTimes {
+    double wait_us = 0;
+    double vmm_us = 0;
+  };
+  HostTimes host_times() const;
+  void reset_host_times();
+
  private:
   struct State {
     std::optional<DevicePool::Live> live;  // the allocation bound
@@ -153,6 +163,7 @@ class TrainerPaging {
   std::vector<Remote> remote_;    // [tensor]
   std::vector<PageOut> pending_;  // copies out not yet waited for, oldest first
   size_t away_count_ = 0;         // COUNT: tensors away
+  HostTimes times_;
 };
 
 }  // namespace autovm::rt

@@ -82,6 +82,9 @@ TEST_CASE("evict and prefetch: residency follows the execution model's table") {
   CHECK(s.training_steps == 1);
   CHECK(s.resident_bytes == 1024);
   CHECK(s.accounting_only == 0);
+  CHECK(s.host_us > 0);  // ten boundary calls, timed
+  CHECK(s.host_wait_us == 0);  // the host backend never waits for a device
+  CHECK(s.paging_us == 0);
 
   SUBCASE("a second training step starts again at 0 and repeats the first") {
     run_checked(rt, {"RRR---", "RRRRR-", "RRHR-R", "RRR--R", "-R---R"},
@@ -89,6 +92,10 @@ TEST_CASE("evict and prefetch: residency follows the execution model's table") {
                     {4096, 5632, 4096, 5120, 2048});
     CHECK(rt.stats().bytes_to_host == 4096);
     CHECK(rt.stats().training_steps == 2);
+  }
+  SUBCASE("a reset zeroes the host time") {
+    rt.reset_stats();
+    CHECK(rt.stats().host_us == 0);
   }
 }
 

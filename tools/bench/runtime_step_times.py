@@ -80,12 +80,20 @@ def summary(doc):
     found = doc["intervals"]
     measured = sum(i["measured_us"] for i in found)
     predicted = sum(i["predicted_us"] for i in found)
-    steps = max(doc["runtime"].get("training_steps", 1), 1)
+    rt = doc["runtime"]
+    steps = max(rt.get("training_steps", 1), 1)
+
+    def per_step(key):
+        return f"{rt.get(key, 0) / 1e3 / steps:.1f}"
+    host = (f"; the host spent {per_step('host_us')} ms a step in the runtime's boundaries, "
+            f"{per_step('host_wait_us')} ms of it blocked on the device and "
+            f"{per_step('paging_us')} ms mapping and unmapping chunks"
+            if "host_us" in rt else "")  # JSON of a library without those figures
     return (f"{doc['model']}: budget {doc['budget_bytes'] / 1e9:.2f} GB, last step "
             f"{measured / 1e3:.1f} ms measured, {predicted / 1e3:.1f} ms predicted "
-            f"({measured / max(predicted, 1):.2f}x); stall "
-            f"{doc['runtime'].get('stall_us', 0) / 1e3 / steps:.1f} ms a step counted by the "
-            f"runtime; the pool refused {doc['pool'].get('failed_allocations', 0)} requests")
+            f"({measured / max(predicted, 1):.2f}x); stall {per_step('stall_us')} ms a step "
+            f"counted by the runtime{host}; the pool refused "
+            f"{doc['pool'].get('failed_allocations', 0)} requests")
 
 
 def main():

@@ -375,6 +375,14 @@ typedef struct autovm_stats {
                                     instead, and a tensor whose evict was skipped is read where
                                     it stayed) */
   int64_t remote_read_bytes;     /* SUM: their bytes (not part of bytes_to_device) */
+  /* Host time, wall clock, in microseconds (SUM): */
+  double host_us;                /* in autovm_step_begin and autovm_step_end, all of it */
+  double host_wait_us;           /* blocked on the device (mapped mechanism with trainer memory:
+                                    copies out waited for before their pages go, in a boundary
+                                    or in a pool allocation that reclaims; a remote read's step
+                                    waited for before its host memory goes) */
+  double paging_us;              /* mapping and unmapping the pool's chunks for page-outs and
+                                    page-ins (same mechanism) */
 } autovm_stats;
 
 /* Synchronises with the device (CUDA backend) to read the event timings: not for the hot path. */
