@@ -63,7 +63,9 @@ options:
   --conv-workspaces FILE
                         convolution workspaces measured on the trainer's GPU, planned in
                         place of the estimate for the convolutions they match (JSON:
-                        {"convolutions": [...]}, as autovm.conv_workspaces writes it)
+                        {"convolutions": [...]}, as autovm.conv_workspaces writes it);
+                        the entries' measured times, where present, replace the cost
+                        model's for those convolutions' steps
   --workspaces-as-measured
                         plan measured workspaces at their size, never cut to the budget:
                         for a trainer whose allocator cannot make cuDNN fall back to an

@@ -36,6 +36,8 @@ struct Step {
   double flops = 0;                // estimated floating-point operations
   int64_t bytes_touched = 0;       // bytes read and written (inputs + outputs + workspace)
   int64_t reserve_bytes = 0;       // of the workspace: the trainer's memory (--reserve)
+  double measured_us = -1;         // >= 0: its time measured on the trainer's GPU, which the
+                                   // cost model takes over the roofline (plan/cost_model.h)
 };
 
 struct TrainingGraph {

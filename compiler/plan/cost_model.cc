@@ -49,6 +49,10 @@ std::vector<double> predict_step_times(const TrainingGraph& graph, const DeviceP
   std::vector<double> times;
   times.reserve(graph.steps.size());
   for (const Step& s : graph.steps) {
+    if (s.measured_us >= 0) {  // the kernels' own time, launch included
+      times.push_back(s.measured_us);
+      continue;
+    }
     double compute = s.flops / (step_tflops(graph, s, device) * 1e6);  // TFLOP/s -> flop per us
     double memory = static_cast<double>(s.bytes_touched) / (device.memory_bandwidth_gbps * 1e3);
     times.push_back(std::max(compute, memory) + device.step_overhead_us);

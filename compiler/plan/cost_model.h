@@ -1,7 +1,9 @@
 // Contract: the predicted compute time of every step, in microseconds.
 //
 // Roofline: time = max(flops / rate(dtype), bytes_touched / memory bandwidth) + step overhead,
-// with the rate of the step's widest floating-point dtype from the profile. Measured times from
+// with the rate of the step's widest floating-point dtype from the profile; a step whose time was
+// measured on the trainer's GPU (Step::measured_us: a convolution timed with its workspace,
+// training/conv_workspaces.h) takes that time instead. Measured times from
 // a trainer's profile run replace the prediction step by step: apply_measured_step_times reads a
 // JSON file {"step_us": [t0, ...]} (one per step) or {"by_node": {"<node>/<op>": us, ...}} (exactly
 // one of the two) and overrides the matching steps. A by_node key sets every step with that

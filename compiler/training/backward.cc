@@ -93,8 +93,14 @@ std::vector<TensorId> append_backward(const model::Model& m, const ForwardPass& 
     if (workspace != kNoTensor && rec->estimated_workspace_bytes >= 0)
       ts.measured_workspaces.push_back({workspace, rec->estimated_workspace_bytes, rec->workspace_entry, true});
     double flops = rule.backward_flops_factor * g.step(rec->step).flops;
+    // A measured convolution: to the weight alone when its input needs no gradient.
+    const bool to_input = !rec->inputs.empty() &&
+                          std::find(targets.begin(), targets.end(), rec->inputs[0]) != targets.end();
+    const double measured_us = !to_input && rec->backward_weight_us >= 0 ? rec->backward_weight_us
+                                                                         : rec->backward_us;
     add_step(g, std::string(rule.op) + "Grad", Phase::backward, node.name, std::move(inputs),
-             partials, flops, workspace);
+             partials, flops, workspace)
+        .measured_us = measured_us;
     for (size_t k = 0; k < targets.size(); ++k) {
       TensorId& acc = grad(targets[k]);
       if (acc == kNoTensor) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
@@ -24,6 +25,18 @@ int64_t whole(const std::string& path, const std::string& where, const nlohmann:
                                           : v.get<int64_t>() >= lo && v.get<int64_t>() <= kMax);
   if (!ok) bad(path, fmt::format("{} must be a whole number from {} to 2^50, not {}", where, lo, v.dump()));
   return v.get<int64_t>();
+}
+
+// An optional time in microseconds, in [0, 1e12]; -1 when the entry has none.
+double time_us(const std::string& path, const std::string& where, const nlohmann::json& e,
+               const char* field) {
+  if (!e.contains(field)) return -1;
+  const nlohmann::json& v = e[field];
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0 ||
+      v.get<double>() > 1e12)
+    bad(path, fmt::format("{}.{} must be a number of microseconds from 0 to 1e12, not {}", where,
+                          field, v.dump()));
+  return v.get<double>();
 }
 
 Shape list(const std::string& path, const std::string& where, const nlohmann::json& e,
@@ -101,6 +114,9 @@ ConvWorkspaceTable ConvWorkspaceTable::load(const std::string& path) {
       if (!e.contains(f)) bad(path, fmt::format("{} needs \"{}\"", where, f));
     w.forward_bytes = whole(path, where + ".forward_bytes", e["forward_bytes"], 0);
     w.backward_bytes = whole(path, where + ".backward_bytes", e["backward_bytes"], 0);
+    w.forward_us = time_us(path, where, e, "forward_us");
+    w.backward_us = time_us(path, where, e, "backward_us");
+    w.backward_weight_us = time_us(path, where, e, "backward_weight_us");
     t.by_key_[key(op, *dt, input, weight, output, strides, pads, dilations, group)] = w;
   }
   return t;

@@ -12,9 +12,15 @@
 //   {"op": "Conv" | "ConvTranspose", "dtype": "float32" | "float16" | "bfloat16",
 //    "input": [N, C, ...], "weight": [...], "output": [N, C, ...],
 //    "strides": [...], "pads": [...], "dilations": [...], "group": G,
-//    "forward_bytes": B, "backward_bytes": B}
+//    "forward_bytes": B, "backward_bytes": B,
+//    "forward_us": T, "backward_us": T, "backward_weight_us": T}   (the times optional)
 // with one stride, leading pad and dilation per spatial axis, and the dtype the convolution
-// computes in (under autocast, autocast's). A node matches an entry when its op, compute dtype,
+// computes in (under autocast, autocast's). The times, in microseconds, are the convolution's
+// alone on that GPU with its measured workspace: forward, backward to the input and the weight,
+// and backward to the weight alone (a first convolution, whose input needs no gradient); each a
+// number in [0, 1e12]. The cost model takes them over its roofline for the matched steps
+// (plan/cost_model.h); a workspace the budget cuts (plan/workspace_fit.h) keeps the time of the
+// whole one, which the slower algorithm then run exceeds. A node matches an entry when its op, compute dtype,
 // the three shapes, strides, leading pads (ONNX's first half of "pads"), dilations and group all
 // agree; its forward step then takes forward_bytes as its workspace and its backward step
 // backward_bytes (the larger of the data and filter gradients'). Nodes no entry matches keep
@@ -34,6 +40,9 @@ namespace autovm::training {
 struct ConvWorkspace {
   int64_t forward_bytes = 0;
   int64_t backward_bytes = 0;
+  double forward_us = -1;          // < 0: not measured
+  double backward_us = -1;
+  double backward_weight_us = -1;
   int entry = -1;  // its index in the file's "convolutions"
 };
 

@@ -262,6 +262,7 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
       if (t != kNoTensor && std::find(step_inputs.begin(), step_inputs.end(), t) == step_inputs.end())
         step_inputs.push_back(t);
     TensorId workspace = kNoTensor;
+    double forward_us = -1;
     if (n.op == "Conv" || n.op == "ConvTranspose") {
       const DType compute = autocast_out != DType::undefined
                                 ? autocast_out
@@ -276,6 +277,9 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
         rec.backward_workspace_bytes = measured->backward_bytes;
         rec.estimated_workspace_bytes = estimate;
         rec.workspace_entry = measured->entry;
+        rec.backward_us = measured->backward_us;
+        rec.backward_weight_us = measured->backward_weight_us;
+        forward_us = measured->forward_us;
         ++ts.conv_workspaces_measured;
       }
       if (rec.workspace_bytes > 0) {
@@ -285,9 +289,10 @@ ForwardPass append_forward(const model::Model& m, const TrainingOptions& o, Trai
           ts.measured_workspaces.push_back({workspace, rec.estimated_workspace_bytes, rec.workspace_entry, false});
       }
     }
-    rec.step = add_step(g, n.op, Phase::forward, n.name, std::move(step_inputs),
-                        std::move(step_outputs), forward_flops(m, n), workspace)
-                   .id;
+    Step& step = add_step(g, n.op, Phase::forward, n.name, std::move(step_inputs),
+                          std::move(step_outputs), forward_flops(m, n), workspace);
+    step.measured_us = forward_us;
+    rec.step = step.id;
     fp.records.push_back(std::move(rec));
   }
 

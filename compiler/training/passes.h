@@ -21,6 +21,8 @@ struct ForwardRecord {
   int64_t backward_workspace_bytes = 0; // of its backward step (the estimate's: the same)
   int64_t estimated_workspace_bytes = -1;  // >= 0: the two above were measured; the estimate
   int workspace_entry = -1;                // then: the measured entry (ConvWorkspace::entry)
+  double backward_us = -1;                 // measured (ConvWorkspace): to input and weight
+  double backward_weight_us = -1;          // to the weight alone
 };
 
 struct ForwardPass {

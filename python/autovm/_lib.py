@@ -9,7 +9,7 @@ import os
 from . import locate
 from .errors import LibraryError, ToolNotFoundError
 
-API_VERSION = 5  # AUTOVM_API_VERSION of the header this binding follows
+API_VERSION = 6  # AUTOVM_API_VERSION of the header this binding follows
 
 TENSOR_KINDS = ("input", "label", "parameter", "buffer", "gradient", "optimizer_state",
                 "activation", "activation_grad", "workspace")

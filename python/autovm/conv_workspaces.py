@@ -13,7 +13,12 @@ where that fails; its shapes scaled to the batch),
 then runs each distinct convolution alone on the GPU at the full batch, forward and backward,
 in the dtype it computes in, under the current cuDNN settings (deterministic, benchmark, TF32),
 and records what it allocated beyond its outputs, as PyTorch's caching allocator counts it or,
-under autovm.allocator's pool, as the pool does. The entries are what
+under autovm.allocator's pool, as the pool does, and how long it ran (CUDA events on its
+stream): forward, backward to the input and the weight, and backward to the weight alone (a
+first convolution's, whose input needs no gradient), each the second run's, after cuDNN has
+chosen. The planner takes these times over its roofline for the convolutions' steps; without
+a bias (the bias's own addition and gradient are elementwise work the times leave out).
+The entries are what
 compiler/training/conv_workspaces.h reads. A convolution that runs out of memory alone, or one
 with string padding ('same'), has no entry: the planner keeps its estimate for it.
 
@@ -180,30 +185,63 @@ def _convolution(entry, device):
     return fn, x, w, kw
 
 
+class _Timer:
+    """Microseconds of the work enqueued between start() and stop() on the current stream,
+    by CUDA events (read once the device has finished it)."""
+
+    def __init__(self):
+        import torch
+
+        self.begin = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+    def start(self):
+        self.begin.record()
+
+    def stop(self):
+        self.end.record()
+        self.end.synchronize()
+        return self.begin.elapsed_time(self.end) * 1e3
+
+
 def _run_one(entry, meter):
-    """(forward bytes, backward bytes) beyond the outputs for one entry, from its second run
-    (the first may search for the algorithm)."""
+    """{forward_bytes, backward_bytes, forward_us, backward_us, backward_weight_us} for one
+    entry: bytes beyond the outputs and times, from its second run (the first may search for
+    the algorithm)."""
     import torch
 
     fn, x, w, kw = _convolution(entry, meter.device)
-    result = (0, 0)
+    timer = _Timer()
+    result = {}
     for _ in range(2):
         base = meter.reset()
+        timer.start()
         y = fn(x, w, None, **kw)
+        forward_us = timer.stop()
         forward = meter.peak() - base - meter.bytes_of(y)
         gy = torch.zeros_like(y)
         base = meter.reset()
-        gx, gw = torch.autograd.grad(y, (x, w), gy)
+        timer.start()
+        gx, gw = torch.autograd.grad(y, (x, w), gy, retain_graph=True)
+        backward_us = timer.stop()
         backward = meter.peak() - base - meter.bytes_of(gx) - meter.bytes_of(gw)
-        result = (max(0, forward), max(0, backward))
-        del y, gy, gx, gw
+        del gx, gw
+        meter.reset()
+        timer.start()
+        (gw,) = torch.autograd.grad(y, (w,), gy)
+        weight_us = timer.stop()
+        result = {"forward_bytes": int(max(0, forward)), "backward_bytes": int(max(0, backward)),
+                  "forward_us": round(forward_us, 1), "backward_us": round(backward_us, 1),
+                  "backward_weight_us": round(weight_us, 1)}
+        del y, gy, gw
     return result
 
 
 def measure(model, example_input, autocast=None):
     """{"convolutions": [entry, ...]} for `model` on `example_input` (on a CUDA GPU; on
     another device there is nothing to measure and the list is empty), each entry with
-    forward_bytes and backward_bytes; "skipped": the convolutions that ran out of memory."""
+    forward_bytes, backward_bytes, forward_us, backward_us and backward_weight_us; "skipped":
+    the convolutions that ran out of memory."""
     x = example_input
     out = {"convolutions": [], "skipped": []}
     if x.device.type != "cuda":
@@ -211,7 +249,7 @@ def measure(model, example_input, autocast=None):
     meter = _Meter(x.device)
     for entry in convolutions(model, x, autocast):
         try:
-            forward, backward = _run_one(entry, meter)
+            measured = _run_one(entry, meter)
         except RuntimeError as e:  # torch.cuda.OutOfMemoryError is one
             if not meter.out_of_memory(e):
                 raise
@@ -221,7 +259,7 @@ def measure(model, example_input, autocast=None):
             meter.give_back()
         entry = dict(entry)
         entry.pop("output_padding", None)
-        entry.update(forward_bytes=int(forward), backward_bytes=int(backward))
+        entry.update(measured)
         out["convolutions"].append(entry)
     meter.reset()
     return out

@@ -119,10 +119,53 @@ TEST_CASE("under autocast an entry matches in the dtype the convolution computes
   CHECK(workspace_of(ts.graph, "conv2", "ConvGrad") == 3000000);
 }
 
+TEST_CASE("measured times go to the convolution's steps: backward to the weight alone where "
+          "its input needs no gradient") {
+  // conv1 reads x, the input, which needs no gradient: its ConvGrad computes the weight's
+  // alone and takes backward_weight_us. conv2 reads a: backward_us. Times in microseconds.
+  std::string conv1 = R"({"op": "Conv", "dtype": "float32", "input": [2, 3, 8, 8],
+    "weight": [4, 3, 3, 3], "output": [2, 4, 8, 8], "strides": [1, 1], "pads": [1, 1],
+    "dilations": [1, 1], "group": 1, "forward_bytes": 0, "backward_bytes": 0,
+    "forward_us": 11, "backward_us": 33, "backward_weight_us": 22})";
+  std::string conv2 = kConv2;
+  conv2.replace(conv2.rfind('}'), 1, R"(, "forward_us": 100, "backward_us": 300})");
+  std::string path = write_file("{\"convolutions\": [" + conv1 + ", " + conv2 + "]}");
+  training::TrainingOptions o;
+  o.conv_workspaces = ConvWorkspaceTable::load(path);
+  std::remove(path.c_str());
+  auto ts = training::build_training_step(two_convs().m, o);
+  auto measured = [&](const std::string& node, const std::string& op) {
+    for (const Step& s : ts.graph.steps)
+      if (s.node == node && s.op == op) return s.measured_us;
+    FAIL("no step " << node << "/" << op);
+    return -2.0;
+  };
+  CHECK(measured("conv1", "Conv") == 11);
+  CHECK(measured("conv1", "ConvGrad") == 22);
+  CHECK(measured("conv2", "Conv") == 100);
+  CHECK(measured("conv2", "ConvGrad") == 300);  // no backward_weight_us needed: a needs one
+  for (const Step& s : ts.graph.steps)  // the others keep the roofline's
+    if (s.node != "conv1" && s.node != "conv2") CHECK(s.measured_us == -1);
+
+  SUBCASE("without a weight-only time, a first convolution takes the whole backward's") {
+    std::string whole = conv1;
+    whole.replace(whole.find(R"(, "backward_weight_us": 22)"), 26, "");
+    std::string p2 = write_file("{\"convolutions\": [" + whole + "]}");
+    training::TrainingOptions o2;
+    o2.conv_workspaces = ConvWorkspaceTable::load(p2);
+    std::remove(p2.c_str());
+    auto ts2 = training::build_training_step(two_convs().m, o2);
+    for (const Step& s : ts2.graph.steps)
+      if (s.node == "conv1" && s.op == "ConvGrad") CHECK(s.measured_us == 33);
+  }
+}
+
 TEST_CASE("a malformed workspace file names the entry and the fault") {
   struct Case { std::string text; const char* says; };
   std::string negative = kConv2;
   negative.replace(negative.find("1000000"), 7, "-1");
+  std::string slow = kConv2;
+  slow.replace(slow.rfind('}'), 1, R"(, "forward_us": -3})");
   std::string rank = kConv2;
   rank.replace(rank.find("[4, 4, 3, 3]"), 12, "[4, 4, 3]");
   const Case cases[] = {
@@ -130,6 +173,7 @@ TEST_CASE("a malformed workspace file names the entry and the fault") {
       {"{\"convolutions\": [{\"op\": \"Gemm\"}]}", "convolutions[0].op must be"},
       {"{\"convolutions\": [" + negative + "]}", "convolutions[0].forward_bytes must be a whole number"},
       {"{\"convolutions\": [" + rank + "]}", "the same rank"},
+      {"{\"convolutions\": [" + slow + "]}", "convolutions[0].forward_us must be a number of microseconds"},
       {"{\"convolutions\": [", "not valid JSON"}};
   for (const Case& c : cases) {
     std::string path = write_file(c.text);

@@ -464,6 +464,21 @@ TEST_CASE("roofline step times, by hand") {
   CHECK(t[5] == doctest::Approx(2.5));
 }
 
+TEST_CASE("a step measured on the GPU takes its measured time, overhead included") {
+  TrainingGraph g;
+  TensorId a = g.add_tensor("a", TensorKind::activation, DType::f32, {250});  // 1000 B
+  fwd(g, {a}, {a}).flops = 5e6;            // roofline 5 us + 0.5        -> 5.5
+  fwd(g, {a}, {a}).flops = 5e6;            // measured: 42 us            -> 42
+  g.steps.back().measured_us = 42;
+  fwd(g, {a}, {a}).measured_us = 0;        // measured as nothing        -> 0
+  for (Step& s : g.steps) s.bytes_touched = 1000;
+  auto t = predict_step_times(g, test_profile());
+  REQUIRE(t.size() == 3);
+  CHECK(t[0] == doctest::Approx(5.5));
+  CHECK(t[1] == doctest::Approx(42));
+  CHECK(t[2] == doctest::Approx(0));
+}
+
 TEST_CASE("measured step times override the prediction") {
   TrainingGraph g;
   TensorId a = bytes_tensor(g, "a", TensorKind::activation, 10);

@@ -11,7 +11,7 @@ A third run, "vmm calibrated", plans in the child itself, on the GPU: plan(execu
 at the least budget plan() promises of what the process holds beside the pool (the CUDA
 context, the libraries' handles) plus 80, 70, 60, 50 and 40 % of the device memory plain
 training's allocations held on the vmm pool (its peak in use) measures the convolutions'
-workspaces on the pool and calibrates. Training under that plan (attach limits the pool to the
+workspaces on the pool, with their times, and calibrates. Training under that plan (attach limits the pool to the
 budget less what is beside it) holds at most that share in the pool and, by cudaMemGetInfo,
 at most the budget on the device, and is bit-identical to the twin.
 
@@ -124,7 +124,10 @@ def child_calibrated(planner, lib):
         out.update(runtime=run.runtime.stats(), pool=allocator.stats(), budget_bytes=budget,
                    plain_peak_in_use_bytes=plain_peak,
                    calibration={k: v for k, v in plan.calibration.items() if k != "tries"},
-                   workspaces=len((plan.conv_workspaces or {}).get("convolutions", [])))
+                   workspaces=len((plan.conv_workspaces or {}).get("convolutions", [])),
+                   untimed=[e for e in (plan.conv_workspaces or {}).get("convolutions", [])
+                            if not all(e.get(k, 0) > 0 for k in
+                                       ("forward_us", "backward_us", "backward_weight_us"))])
     b.cpu()
     out["difference"] = compare(a, [t.cpu() for t in la], b, [t.cpu() for t in lb])
     return out
@@ -162,6 +165,8 @@ def check(r):
                     f"{r['limits'][1]} B after it: not its share {limit} B, then the capacity")
     if "budget_bytes" in r and not r["workspaces"]:
         return "plan() measured no convolution's workspace on the pool"
+    if r.get("untimed"):
+        return f"convolutions measured without their times: {r['untimed'][:2]}"
     return ""
 
 

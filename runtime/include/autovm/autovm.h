@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 /* The version of this header's API. autovm_version() returns the library's; they must match. */
-#define AUTOVM_API_VERSION 5
+#define AUTOVM_API_VERSION 6
 
 typedef enum autovm_status {
   AUTOVM_OK = 0,
