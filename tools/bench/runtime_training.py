@@ -46,6 +46,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -82,7 +83,9 @@ def make_plans(d, names, args):
         refused = []
         for fraction in (float(f) for f in args.budget_fractions.split(",")):
             budget = int(MEASURED[name]["plain"] * fraction)
-            cmd = [sys.executable] + sys.argv + ["--one-plan", f"{name}/{budget}"]
+            # -X faulthandler: a child killed by a fault prints its Python stack.
+            cmd = [sys.executable, "-X", "faulthandler"] + sys.argv + [
+                "--one-plan", f"{name}/{budget}"]
             proc = _run_planning(cmd, args.config_timeout)
             line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             if line:
@@ -93,14 +96,24 @@ def make_plans(d, names, args):
             refused.append({"budget_bytes": budget, "fraction_of_plain": fraction,
                             "returncode": proc.returncode,
                             "error": (proc.stderr or proc.stdout)[-1500:]
-                            or f"the planning process exited {proc.returncode} and printed "
-                               f"nothing"})
+                            or f"the planning process {_exit_said(proc.returncode)} and "
+                               f"printed nothing"})
             print(f"{name}: {budget / 1e9:.2f} GB refused: {refused[-1]['error'][-400:]}",
                   flush=True)
         else:
             manifest[name] = {"file": None, "refused_budgets": refused}
         _write_manifest(d, manifest)  # after every model: a later one may not finish
     _write_manifest(d, manifest)
+
+
+def _exit_said(returncode):
+    """How a child ended, by subprocess's returncode (negative: the signal that killed it)."""
+    if returncode is not None and returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited {returncode}"
 
 
 def _run_planning(cmd, timeout):
