@@ -194,6 +194,21 @@ std::string plan_summary(const Plan& plan) {
     line("", fmt::format("{:.2f}x no-swap ({}), {:.2f}x the lower bound ({})",
                          p.step_time_us / plan.no_swap_step_time_us, ms(plan.no_swap_step_time_us),
                          p.step_time_us / plan.bound_us, ms(plan.bound_us)));
+    int cut = 0;
+    int64_t cut_bytes = 0, cut_measured_bytes = 0;
+    for (const auto& mw : plan.training.measured_workspaces) {
+      if (!mw.cut) continue;
+      ++cut;
+      cut_bytes += plan.training.graph.tensor(mw.tensor).bytes;
+      cut_measured_bytes += mw.measured_bytes;
+    }
+    if (cut > 0) {
+      line("", fmt::format("{} convolution workspace(s) cut to fit the budget ({} of {} measured):",
+                           cut, format_bytes_short(cut_bytes),
+                           format_bytes_short(cut_measured_bytes)));
+      line("", "cuDNN runs slower algorithms there, which this time does not count "
+               "(docs/conv-workspaces.md)");
+    }
     if (plan.options.autocast != training::Autocast::none && plan.options.step_times_file.empty())
     {
       line("", fmt::format("under autocast {} the cost model is not calibrated to 1.5x "

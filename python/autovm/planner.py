@@ -475,6 +475,7 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
                     measured.append("--workspaces-as-measured")
                 p = solve(args + measured, True)
                 p.conv_workspaces = workspaces
+                _warn_cut_workspaces(p)
             except PlannerError as e:
                 if e.exit_code != 6:
                     raise
@@ -499,6 +500,20 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
                 os.remove(onnx_path)
     p._folder = folder  # holds the plan file when `out` is not given
     return p
+
+
+def _warn_cut_workspaces(p):
+    """Warns when the plan cut measured convolution workspaces to fit the budget: cuDNN runs
+    slower algorithms there than the ones measured, so the step takes longer than predicted."""
+    cut = p.options.get("conv_workspaces_cut") or []
+    if not cut:
+        return
+    planned = sum(c["bytes"] for c in cut)
+    measured = sum(c["measured_bytes"] for c in cut)
+    warnings.warn(f"{len(cut)} convolution workspace(s) cut to fit the budget ({planned} of the "
+                  f"{measured} B measured): cuDNN runs slower algorithms there, which the "
+                  f"predicted step time does not count (docs/conv-workspaces.md); a larger "
+                  f"budget keeps them whole", RuntimeWarning, stacklevel=3)
 
 
 def _pool_is_torchs():

@@ -80,6 +80,17 @@ with tempfile.TemporaryDirectory() as tmp:
     missing_ws = os.path.join(tmp, "no-such-workspaces.json")
     case("missing convolution workspaces", [RESNET18, "--batch", "2", "--conv-workspaces", missing_ws], 2,
          f"convolution workspaces '{missing_ws}'", "cannot be read")
+    # conv1's backward measured at 1 GB: 400 MB holds it only cut, and the summary says so.
+    cut_ws = os.path.join(tmp, "cut-workspaces.json")
+    open(cut_ws, "w").write(json.dumps({"convolutions": [{
+        "op": "Conv", "dtype": "float32", "input": [2, 3, 224, 224], "weight": [64, 3, 7, 7],
+        "output": [2, 64, 112, 112], "strides": [2, 2], "pads": [3, 3], "dilations": [1, 1],
+        "group": 1, "forward_bytes": 0, "backward_bytes": 10 ** 9}]}))
+    case("a workspace cut to the budget in the summary",
+         [RESNET18, "--batch", "2", "--optimizer", "momentum", "--budget", "400MB",
+          "--conv-workspaces", cut_ws, "-o", os.devnull], 0,
+         "1 convolution workspace(s) cut to fit the budget (392 MB of 1.00 GB measured)",
+         "cuDNN runs slower algorithms there")
     bad_ws = os.path.join(tmp, "bad-workspaces.json")
     open(bad_ws, "w").write('{"convolutions": [{"op": "Conv", "dtype": "float8"}]}')
     case("bad convolution workspaces", [RESNET18, "--batch", "2", "--conv-workspaces", bad_ws], 2,

@@ -128,8 +128,13 @@ def _():
         table["convolutions"].append(dict(e, forward_bytes=0, backward_bytes=0))
     table["convolutions"][3]["backward_bytes"] = 10 ** 9  # conv3's: no small budget holds it
     m = copy.deepcopy(MODEL)
-    p = autovm.plan(m, (X, Y), momentum(m), budget="2MB", pytorch_margin=False,
-                    conv_workspaces=table)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        p = autovm.plan(m, (X, Y), momentum(m), budget="2MB", pytorch_margin=False,
+                        conv_workspaces=table)
+    if not any("1 convolution workspace(s) cut to fit the budget" in str(w.message)
+               for w in said):
+        return f"no warning of the cut: {[str(w.message)[:200] for w in said]}"
     cut = p.options.get("conv_workspaces_cut")
     if [(c["entry"], c["phase"], c["measured_bytes"]) for c in cut or []] != [(3, "backward", 10 ** 9)]:
         return f"cut: {cut}"
