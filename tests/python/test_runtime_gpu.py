@@ -150,6 +150,8 @@ def check(r):
         return f"the runtime moved nothing: {s}"
     if r["memory"] != "managed" and (p["paged_out_bytes"] == 0 or p["paged_in_bytes"] == 0):
         return f"no pages went and came back: {p}"
+    if s["host_us"] <= 0 or (r["memory"] != "managed" and s["paging_us"] <= 0):
+        return f"the runtime timed no host work (host_us, paging_us): {s}"
     if "budget_bytes" in r:
         c, limit = r["calibration"], r["calibration"]["pool_limit_bytes"]
         if limit != r["budget_bytes"] - c["outside_pool_bytes"]:
