@@ -15,16 +15,18 @@
 //    "forward_bytes": B, "backward_bytes": B,
 //    "forward_us": T, "backward_us": T, "backward_weight_us": T}   (the times optional)
 // with one stride, leading pad and dilation per spatial axis, and the dtype the convolution
-// computes in (under autocast, autocast's). The times, in microseconds, are the convolution's
-// alone on that GPU with its measured workspace: forward, backward to the input and the weight,
-// and backward to the weight alone (a first convolution, whose input needs no gradient); each a
-// number in [0, 1e12]. The cost model takes them over its roofline for the matched steps
-// (plan/cost_model.h); a workspace the budget cuts (plan/workspace_fit.h) keeps the time of the
-// whole one, which the slower algorithm then run exceeds. A node matches an entry when its op, compute dtype,
+// computes in (under autocast, autocast's). A node matches an entry when its op, compute dtype,
 // the three shapes, strides, leading pads (ONNX's first half of "pads"), dilations and group all
 // agree; its forward step then takes forward_bytes as its workspace and its backward step
 // backward_bytes (the larger of the data and filter gradients'). Nodes no entry matches keep
 // the estimate. Entries that match no node are allowed (a file can serve several models).
+//
+// The times, in microseconds, are the convolution's alone on that GPU with its measured
+// workspace: forward, backward to the input and the weight, and backward to the weight alone
+// (a first convolution's, whose input needs no gradient); each a number in [0, 1e12]. The cost
+// model takes them over its roofline for the matched steps (plan/cost_model.h); a workspace the
+// budget cuts (plan/workspace_fit.h) keeps the time of the whole one, which the slower
+// algorithm cuDNN then runs exceeds.
 #pragma once
 
 #include <cstdint>

@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cassert>
-#include <chrono>
 #include <sstream>
+
+#include "host_timer.h"
 
 namespace autovm::rt {
 namespace {
@@ -24,22 +25,6 @@ const char* describe(autovm_residency r) {
   }
   return "?";
 }
-
-// Adds the wall time of its scope to `sum_us` (autovm_stats::host_us), however it is left.
-class HostTimer {
- public:
-  explicit HostTimer(double& sum_us) : sum_us_(sum_us), start_(std::chrono::steady_clock::now()) {}
-  ~HostTimer() {
-    sum_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_)
-                   .count();
-  }
-  HostTimer(const HostTimer&) = delete;
-  HostTimer& operator=(const HostTimer&) = delete;
-
- private:
-  double& sum_us_;
-  std::chrono::steady_clock::time_point start_;
-};
 
 }  // namespace
 

@@ -7,9 +7,10 @@
 #include "trainer_paging.h"
 
 #include <algorithm>
-#include <chrono>
 #include <mutex>
 #include <string>
+
+#include "host_timer.h"
 
 #include "cuda_driver.h"
 
@@ -103,20 +104,11 @@ bool TrainerPaging::reclaim() {
   return any;
 }
 
-namespace {
-
-// Microseconds since `start`.
-double since_us(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-      .count();
-}
-
-}  // namespace
-
 bool TrainerPaging::land(const PageOut& o) {
-  const auto start = std::chrono::steady_clock::now();
-  check(cudaEventSynchronize(o.copied), "cudaEventSynchronize of an eviction's copy");
-  times_.wait_us += since_us(start);
+  {
+    const HostTimer waiting(times_.wait_us);
+    check(cudaEventSynchronize(o.copied), "cudaEventSynchronize of an eviction's copy");
+  }
   return page_out(o.tensor);
 }
 
@@ -131,9 +123,11 @@ bool TrainerPaging::page_out(TensorId id) {
     if (other.address < st.address + st.bytes && st.address < other.address + other.bytes)
       return false;  // shares the storage
   }
-  const auto start = std::chrono::steady_clock::now();
-  const int64_t released = pool_.page_out(*st.live, st.address, st.bytes);
-  times_.vmm_us += since_us(start);
+  int64_t released = 0;
+  {
+    const HostTimer paging(times_.vmm_us);
+    released = pool_.page_out(*st.live, st.address, st.bytes);
+  }
   st.paged = released > 0 || st.paged;
   st.paged_bytes += released;
   return released > 0;
@@ -166,9 +160,11 @@ TrainerPaging::Back TrainerPaging::bring_back(const Tensor& t) {
     settle(r);
     r.mapped = false;
   }
-  const auto start = std::chrono::steady_clock::now();
-  const bool mapped = pool_.page_in(*st.live, st.address, st.bytes);
-  times_.vmm_us += since_us(start);
+  bool mapped = false;
+  {
+    const HostTimer paging(times_.vmm_us);
+    mapped = pool_.page_in(*st.live, st.address, st.bytes);
+  }
   if (!mapped) {
     st.live.reset();  // the trainer freed it: nothing of it is ours to move
     return Back::kStale;
@@ -252,9 +248,8 @@ void TrainerPaging::settle(Remote& r) {
     check(cudaEventRecord(r.done, r.stream), "cudaEventRecord (a remote read's step)");
     r.done_recorded = true;
   }
-  const auto start = std::chrono::steady_clock::now();
+  const HostTimer waiting(times_.wait_us);
   check(cudaEventSynchronize(r.done), "cudaEventSynchronize of a remote read's step");
-  times_.wait_us += since_us(start);
 }
 
 bool TrainerPaging::readable(const Tensor& t) const {
@@ -269,9 +264,11 @@ std::optional<TrainerPaging::Lent> TrainerPaging::take_back(const Tensor& t) {
   const DevicePool::Live old = *r.lent;
   r.lent.reset();
   settle(r);
-  const auto start = std::chrono::steady_clock::now();
-  const bool mapped = pool_.page_in(old, r.lent_address, r.lent_bytes);
-  times_.vmm_us += since_us(start);
+  bool mapped = false;
+  {
+    const HostTimer paging(times_.vmm_us);
+    mapped = pool_.page_in(old, r.lent_address, r.lent_bytes);
+  }
   if (!mapped) return std::nullopt;  // freed
   return Lent{old, r.lent_address, r.lent_bytes,
               r.host->base() + r.lent_address % static_cast<uintptr_t>(r.host->chunk())};

@@ -86,7 +86,7 @@ def make_plans(d, names, args):
             # -X faulthandler: a child killed by a fault prints its Python stack.
             cmd = [sys.executable, "-X", "faulthandler"] + sys.argv + [
                 "--one-plan", f"{name}/{budget}"]
-            proc = _run_planning(cmd, args.config_timeout)
+            proc = _run_child(cmd, args.config_timeout)
             line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             if line:
                 entry = json.loads(line[-1][len("RESULT "):])
@@ -116,7 +116,7 @@ def _exit_said(returncode):
     return f"exited {returncode}"
 
 
-def _run_planning(cmd, timeout):
+def _run_child(cmd, timeout):
     """subprocess.run(cmd) with its output as text; past `timeout` seconds the child is killed
     and the result says so in its stderr (returncode None)."""
     try:
@@ -126,7 +126,7 @@ def _run_planning(cmd, timeout):
             return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
         return subprocess.CompletedProcess(
             cmd, None, text(e.stdout),
-            text(e.stderr) + f"\nplanning took over --config-timeout ({timeout:.0f} s)")
+            text(e.stderr) + f"\n(timed out: over --config-timeout, {timeout:.0f} s)")
 
 
 def _write_manifest(d, manifest):
@@ -340,14 +340,9 @@ def main():
         for name in models:
             cmd = [sys.executable] + sys.argv + ["--one", f"{name}/{config}"]
             t0 = time.monotonic()
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True,
-                                      timeout=args.config_timeout)
-                out, err, rc = proc.stdout, proc.stderr, proc.returncode
-            except subprocess.TimeoutExpired as e:
-                out, err, rc = e.stdout or "", (e.stderr or "") + "\n(timed out)", "timeout"
-                out, err = (out.decode() if isinstance(out, bytes) else out,
-                            err.decode() if isinstance(err, bytes) else err)
+            proc = _run_child(cmd, args.config_timeout)
+            out, err = proc.stdout, proc.stderr
+            rc = "timeout" if proc.returncode is None else proc.returncode
             line = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
             if not line:
                 r = {"model": name, "config": config, "error": err[-3000:], "rc": rc}
