@@ -9,7 +9,7 @@ import os
 from . import locate
 from .errors import LibraryError, ToolNotFoundError
 
-API_VERSION = 6  # AUTOVM_API_VERSION of the header this binding follows
+API_VERSION = 7  # AUTOVM_API_VERSION of the header this binding follows
 
 TENSOR_KINDS = ("input", "label", "parameter", "buffer", "gradient", "optimizer_state",
                 "activation", "activation_grad", "workspace")
@@ -52,7 +52,7 @@ class PoolStats(ctypes.Structure):
         "capacity_bytes", "allocations", "alloc_calls", "free_calls", "cross_stream_waits",
         "failed_allocations", "last_failed_bytes", "released_bytes", "paged_out_bytes",
         "paged_in_bytes", "limit_bytes", "small_chunk_bytes", "unused_chunk_bytes",
-        "in_use_bytes", "peak_in_use_bytes")]
+        "in_use_bytes", "peak_in_use_bytes", "pressure_waits", "pressure_wait_us")]
 
 
 class RuntimeOptions(ctypes.Structure):

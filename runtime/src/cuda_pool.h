@@ -120,6 +120,17 @@ class CudaPool final : public DevicePool {
   // mapped at a freed allocation's chunk that another allocation reaches).
   void settle_through(uint64_t number);
 
+  // Unmaps unused chunks into the spares until `needed` more bytes of chunks fit under the
+  // limit: first those whose last free the device has passed, then, oldest first, the host
+  // waits for the device to pass the next free and unmaps what it left unused. So the host
+  // waits until the device reaches the free that makes room, not for the work queued after it:
+  // a device synchronisation would also wait for the copy streams' queued prefetches and let
+  // the compute stream run dry (docs/trainer-paging.md, "Waiting for room"). True when they fit.
+  bool release_until_fits(int64_t needed);
+
+  // Of [address, address + bytes), the bytes of the chunks without device memory mapped.
+  int64_t unmapped_bytes(uintptr_t address, uint64_t bytes) const;
+
   // Unmaps the runtime's host memory from chunk i (its handle stays the runtime's).
   void unmap_host_chunk(size_t i);
 
@@ -182,6 +193,7 @@ class CudaPool final : public DevicePool {
   std::deque<FreeMark> frees_;  // not known passed yet, oldest first
   std::vector<cudaEvent_t> spare_events_;
   uint64_t free_count_ = 0, settled_ = 0;
+  double pressure_wait_us_ = 0;  // SUM: autovm_pool_stats.pressure_wait_us, unrounded
   // paging:
   struct Hold {
     uint64_t serial;

@@ -52,14 +52,18 @@
 // such wait: a wait takes the event's latest record at the time it is enqueued.
 //
 // Giving memory back: a kernel still queued on a freed block must not find its pages gone. A
-// vmm allocation (or page-in, or a lower limit) over the capacity first unmaps, into the
-// spares, the unused chunks whose last free the device has passed (each free that leaves a
-// chunk unused records an event on its stream), and synchronises the device only if that is
-// not enough; trim always synchronises, and gives the spares back to the device. If that is still not enough, the reclaimers (a runtime's paging) wait for their
-// copies out and page those tensors out, and the allocation is tried once more.
+// vmm allocation or page-in over the limit first unmaps, into the spares, the unused chunks
+// whose last free the device has passed (each free that leaves a chunk unused records an event
+// on its stream), then waits for the next frees in order, one at a time, until there is room
+// (release_until_fits). An allocation synchronises the device only if the device itself refuses
+// memory; a lower limit synchronises if the settled chunks are not enough, and trim always does,
+// and both give the spares back to the device. If an allocation still finds no room, the
+// reclaimers (a runtime's paging) wait for their copies out and page those tensors out, and the
+// allocation is tried once more.
 #include "cuda_pool.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 namespace autovm::rt {
@@ -263,6 +267,7 @@ autovm_pool_stats CudaPool::stats_unlocked() const {
   }
   s.in_use_bytes = in_use_;
   s.unused_chunk_bytes = resident_ - in_use_;
+  s.pressure_wait_us = std::llround(pressure_wait_us_);
   for (size_t i = (small_base_ - va_base_) / chunk_; i < handles_.size(); ++i)
     if (handles_[i] && users_[i] > 0) s.small_chunk_bytes += static_cast<int64_t>(chunk_);
   return s;
@@ -359,12 +364,10 @@ std::optional<SubAllocator::Taken> CudaPool::take(SubAllocator& sub, int64_t byt
   // use_chunks counts the chunks' users when it succeeds: call it until it does, no more.
   const auto [start, length] = used();
   bool used_now = use_chunks(start, length);
-  if (!used_now) {
-    release_settled();  // chunks whose frees the device has passed: no wait
+  if (!used_now && release_until_fits(unmapped_bytes(start, length)))
     used_now = use_chunks(start, length);
-  }
   if (!used_now) {
-    release_unused();  // synchronises: every free block is then kAnyStream
+    release_unused();  // synchronises: the device may be short of memory beside the limit
     used_now = use_chunks(start, length);
   }
   if (!used_now) {

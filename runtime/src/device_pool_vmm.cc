@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cuda_pool.h"
+#include "host_timer.h"
 
 namespace autovm::rt::pool_detail {
 
@@ -49,8 +50,7 @@ bool CudaPool::page_in(const Live& a, uintptr_t address, uint64_t bytes) {
     if (!handles_[i]) needed += static_cast<int64_t>(chunk_);
   // The tensor is the trainer's, so it comes back whatever the capacity says; what no
   // allocation uses goes first, so that the pool stays within it where it can.
-  if (resident_ + beyond_spares(needed) > limit_) release_settled();
-  if (resident_ + beyond_spares(needed) > limit_) release_unused();
+  if (resident_ + beyond_spares(needed) > limit_) release_until_fits(needed);
   for (size_t i = first; i <= last; ++i) {
     if (handles_[i]) continue;
     if (!map_chunk(i)) {
@@ -212,6 +212,32 @@ void CudaPool::release_settled() {
     if (handles_[i]) unmap_chunk(i);
     if (host_[i]) unmap_host_chunk(i);
   }
+}
+
+bool CudaPool::release_until_fits(int64_t needed) {
+  auto fits = [&] { return resident_ + beyond_spares(needed) <= limit_; };
+  release_settled();
+  while (!fits() && !frees_.empty()) {
+    const FreeMark next = frees_.front();
+    {
+      const HostTimer waiting(pressure_wait_us_);
+      check(cudaEventSynchronize(next.event), "cudaEventSynchronize of a free");
+    }
+    ++stats_.pressure_waits;
+    settled_ = next.number;
+    spare_events_.push_back(next.event);
+    frees_.pop_front();
+    release_settled();  // and any later frees the device has passed meanwhile
+  }
+  return fits();
+}
+
+int64_t CudaPool::unmapped_bytes(uintptr_t address, uint64_t bytes) const {
+  const auto [first, last] = chunks_of(address, bytes);
+  int64_t out = 0;
+  for (size_t i = first; i <= last; ++i)
+    if (!handles_[i]) out += static_cast<int64_t>(chunk_);
+  return out;
 }
 
 // Waits until the device has passed free number `number` (host waits; for host memory

@@ -5,7 +5,8 @@
 // capacity or the device cannot hold; a vmm pool keeps small allocations in chunks of their
 // own, and a limit below the capacity gives unused chunks back and refuses beyond it; chunks
 // given back at the limit for an allocation count once, so they are unused again once it is
-// freed; at the limit an allocation has a runtime's paging finish its copies out and page them
+// freed; at the limit an allocation waits for the free that makes room, not for other
+// streams' work; at the limit an allocation has a runtime's paging finish its copies out and page them
 // out rather than fail; PyTorch's hooks allocate, free and throw on exhaustion.
 // Exits 77 (skipped) without a CUDA device.
 #define DOCTEST_CONFIG_IMPLEMENT
@@ -13,6 +14,7 @@
 #include <cuda_runtime_api.h>
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -169,7 +171,7 @@ TEST_CASE("a block freed while kernels on its stream are queued holds no stale b
       CHECK(cudaStreamQuery(a) == cudaErrorNotReady);  // A's kernels are still queued
       void* reused = alloc(pool, bytes, second);
       // managed, or the same stream: the first block itself; vmm on another stream: fresh
-      // addresses, mapped once the device has synchronised and the first block's pages went.
+      // addresses, mapped once the device has passed the free and the first block's pages went.
       if (memory == AUTOVM_POOL_MANAGED || same_stream) CHECK(reused == first);
       REQUIRE(fill_pattern(reused, bytes, 2, second) == cudaSuccess);
       REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
@@ -358,6 +360,41 @@ TEST_CASE("at the limit, chunks given back for an allocation are counted once, a
   s = stats_of(pool);
   CHECK(s.in_use_bytes == 0);
   CHECK(s.failed_allocations == 0);
+  autovm_pool_free(pool);
+}
+
+TEST_CASE("at the limit an allocation waits for the free that makes room, not for other streams") {
+  // Stream A holds for 200 ms, then the host frees x there; stream B holds for 3 s. y needs
+  // x's chunks under the limit: the host waits for A to pass the free, not for B's work (a
+  // device synchronisation would wait for both).
+  autovm_pool* pool = make_pool(AUTOVM_POOL_VMM, kGiB);  // chunks of 2 MiB
+  REQUIRE(autovm_pool_set_limit(pool, 64 * kMiB) == AUTOVM_OK);
+  cudaStream_t a = nullptr, b = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking) == cudaSuccess);
+  void* x = alloc(pool, 32 * kMiB, a);
+  void* keep = alloc(pool, 2 * kMiB, a);  // after x: y cannot take x's addresses
+  REQUIRE(autovm::replay::run_step(nullptr, 0, nullptr, 0, 200e3, a) == cudaSuccess);
+  REQUIRE(autovm_pool_dealloc(pool, x, a) == AUTOVM_OK);
+  REQUIRE(autovm::replay::run_step(nullptr, 0, nullptr, 0, 3e6, b) == cudaSuccess);
+  const auto start = std::chrono::steady_clock::now();
+  void* y = alloc(pool, 48 * kMiB, a);
+  const double waited_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  CAPTURE(waited_ms);
+  CHECK(waited_ms < 1500);
+  CHECK(cudaStreamQuery(b) == cudaErrorNotReady);  // B's work is still queued
+  autovm_pool_stats s = stats_of(pool);
+  CHECK(s.pressure_waits >= 1);
+  CHECK(s.pressure_wait_us > 0);
+  CHECK(s.resident_bytes <= 64 * kMiB);
+  REQUIRE(fill_pattern(y, 48 * kMiB, 3, a) == cudaSuccess);
+  CHECK(sum_of(y, 48 * kMiB, a) == pattern_checksum(3, 48 * kMiB));
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  REQUIRE(autovm_pool_dealloc(pool, y, a) == AUTOVM_OK);
+  REQUIRE(autovm_pool_dealloc(pool, keep, a) == AUTOVM_OK);
+  REQUIRE(cudaStreamDestroy(a) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(b) == cudaSuccess);
   autovm_pool_free(pool);
 }
 

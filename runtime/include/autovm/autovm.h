@@ -47,7 +47,7 @@ extern "C" {
 #endif
 
 /* The version of this header's API. autovm_version() returns the library's; they must match. */
-#define AUTOVM_API_VERSION 6
+#define AUTOVM_API_VERSION 7
 
 typedef enum autovm_status {
   AUTOVM_OK = 0,
@@ -484,6 +484,10 @@ typedef struct autovm_pool_stats {
                                    give back now (managed: resident_bytes) */
   int64_t peak_in_use_bytes;    /* most in_use_bytes since creation or the last reset: what a
                                    limit has to allow for the same allocations to fit */
+  int64_t pressure_waits;       /* vmm: COUNT: times the host waited for the device to pass a
+                                   free before its chunks could go, for an allocation or a
+                                   page-in that the limit refused otherwise */
+  int64_t pressure_wait_us;     /* vmm: SUM: the host's time in those waits, microseconds */
 } autovm_pool_stats;
 
 /* Defaults: managed, device 0, capacity from the free memory, a 1 GiB margin. */
