@@ -93,7 +93,16 @@ def summary(doc):
             f"{measured / 1e3:.1f} ms measured, {predicted / 1e3:.1f} ms predicted "
             f"({measured / max(predicted, 1):.2f}x); stall {per_step('stall_us')} ms a step "
             f"counted by the runtime{host}; the pool refused "
-            f"{doc['pool'].get('failed_allocations', 0)} requests")
+            f"{doc['pool'].get('failed_allocations', 0)} requests{pressure(doc['pool'])}")
+
+
+def pressure(pool):
+    """The pool's waits for frees under its limit, over the whole run (its figures are not
+    reset per step); empty for a library without them."""
+    if "pressure_waits" not in pool:
+        return ""
+    return (f" and waited {pool['pressure_waits']} times for the device to pass a free, "
+            f"{pool['pressure_wait_us'] / 1e3:.1f} ms in all (every step of the run)")
 
 
 def main():
