@@ -1,6 +1,6 @@
 // Pieces the swap planner's tests share: a duplex 1 B/us link and a slow one-queue link,
 // transfer actions, forward steps, small graphs of activations built from a list (graph_of),
-// and the hand-worked graphs several test files use (five_steps, chain_graph).
+// and the hand-worked graphs several test files use (five_steps, chain_graph, eleven_steps).
 #pragma once
 
 #include <string>
@@ -11,6 +11,7 @@
 #include "ir/graph.h"
 #include "plan/device_profile.h"
 #include "plan/plan.h"
+#include "plan/simulator.h"
 #include "analysis/lifetimes.h"
 #include "plan/swap_planner.h"
 #include "verify_plan.h"
@@ -135,6 +136,41 @@ inline TrainingGraph chain_graph(int64_t e_bytes = 10) {
   step("E", {0, 2, 4}, {5});
   return g;
 }
+
+// y and x (60 B each) and nine 0-byte links between the steps:
+//   s0: y = A()     s1: l1 = B(y)     s2-s4: l2..l4, each from the one before
+//   s5: x = X(l4)   s6-s7: l6, l7     s8: l8 = H(l7, y)     s9: l9     s10: J(l9, x)
+// y is used at 0, 1 and 8; x at 5 and 10. Budget 100: the two never fit together.
+inline TrainingGraph eleven_steps() {
+  TrainingGraph g;
+  TensorId y = g.add_tensor("y", TensorKind::activation, DType::u8, {60});
+  TensorId x = g.add_tensor("x", TensorKind::activation, DType::u8, {60});
+  std::vector<TensorId> link(11, kNoTensor);
+  for (int s = 1; s <= 10; ++s)
+    link[size_t(s)] = g.add_tensor("l" + std::to_string(s), TensorKind::activation, DType::u8, {0});
+  auto step = [&](std::vector<TensorId> in, std::vector<TensorId> out) {
+    add_op_step(g, std::move(in), std::move(out));
+  };
+  step({}, {y});
+  step({y}, {link[1]});
+  for (int s = 2; s <= 4; ++s) step({link[size_t(s - 1)]}, {link[size_t(s)]});
+  step({link[4]}, {x, link[5]});
+  for (int s = 6; s <= 7; ++s) step({link[size_t(s - 1)]}, {link[size_t(s)]});
+  step({link[7], y}, {link[8]});
+  step({link[8]}, {link[9]});
+  step({link[9], x}, {link[10]});
+  return g;
+}
+
+// eleven_steps, its lifetimes and 100 us a step, on the duplex link.
+struct ElevenSteps {
+  TrainingGraph g = eleven_steps();
+  std::vector<Lifetime> life = compute_lifetimes(g);
+  std::vector<double> c = std::vector<double>(11, 100);
+  double simulated(const std::vector<Action>& actions) const {
+    return simulate(g, actions, c, duplex_link(), DeviceProfile{}).step_time_us;
+  }
+};
 
 // plan_swaps on the slow link; the plan also passes the independent verifier.
 inline std::vector<Action> plan(const TrainingGraph& g, int64_t budget, bool recompute,

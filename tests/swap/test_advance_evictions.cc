@@ -6,7 +6,6 @@
 #include "plan/baselines.h"
 #include "plan/simulator.h"
 #include "plan/passes/advance_evictions.h"
-#include "plan/passes/postpone_for_evictions.h"
 #include "plan/residency.h"
 #include "swap_test_util.h"
 #include "verify_plan.h"
@@ -18,43 +17,7 @@ using autovm::test::verifier_accepts;
 
 namespace {
 
-// y and x (60 B each) and nine 0-byte links between the steps:
-//   s0: y = A()     s1: l1 = B(y)     s2-s4: l2..l4, each from the one before
-//   s5: x = X(l4)   s6-s7: l6, l7     s8: l8 = H(l7, y)     s9: l9     s10: J(l9, x)
-// y is used at 0, 1 and 8; x at 5 and 10. Budget 100: the two never fit together.
-TrainingGraph eleven_steps() {
-  TrainingGraph g;
-  TensorId y = g.add_tensor("y", TensorKind::activation, DType::u8, {60});
-  TensorId x = g.add_tensor("x", TensorKind::activation, DType::u8, {60});
-  std::vector<TensorId> link(11, kNoTensor);
-  for (int s = 1; s <= 10; ++s) link[size_t(s)] = g.add_tensor("l" + std::to_string(s), TensorKind::activation, DType::u8, {0});
-  auto step = [&](std::vector<TensorId> in, std::vector<TensorId> out) {
-    test::add_op_step(g, std::move(in), std::move(out));
-  };
-  step({}, {y});
-  step({y}, {link[1]});
-  for (int s = 2; s <= 4; ++s) step({link[size_t(s - 1)]}, {link[size_t(s)]});
-  step({link[4]}, {x, link[5]});
-  for (int s = 6; s <= 7; ++s) step({link[size_t(s - 1)]}, {link[size_t(s)]});
-  step({link[7], y}, {link[8]});
-  step({link[8]}, {link[9]});
-  step({link[9], x}, {link[10]});
-  return g;
-}
-
-// The eleven-step graph, its lifetimes and 100 us a step; run() applies the pass to `actions`
-// with the budget of 100 B and at most 20 simulations.
-struct Case {
-  TrainingGraph g = eleven_steps();
-  std::vector<Lifetime> life = compute_lifetimes(g);
-  std::vector<double> c = std::vector<double>(11, 100);
-  double run(std::vector<Action>& actions) const {
-    return postpone_for_evictions(g, life, c, duplex_link(), DeviceProfile{}, 100, actions, 20);
-  }
-  double simulated(const std::vector<Action>& actions) const {
-    return simulate(g, actions, c, duplex_link(), DeviceProfile{}).step_time_us;
-  }
-};
+using Case = test::ElevenSteps;  // the graph, worked out in swap_test_util.h
 
 }  // namespace
 
