@@ -112,13 +112,24 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
     unlimited_need = None  # (peak, oom) of the try the check at the limit repeats
     # On a vmm pool the budget also holds what the process has on the device beside the pool
     # (allocator.outside_bytes: the CUDA context, the libraries' handles), so that
-    # cudaMemGetInfo stays within it too: the pool gets the rest. It is measured after each
-    # try, whose steps create those handles, and the most seen is kept.
+    # cudaMemGetInfo stays within it too: the pool gets the rest. It is measured before the
+    # first try and after each, whose steps may create more handles, and the most seen is
+    # kept. The plan's graph must then fit what the pool gets: the margin is never less than
+    # the modelled one plus that memory. Growing it only by what a try was short would not
+    # do where the plan was made for far more than the pool gets: such a plan holds less than
+    # its budget, and one a little lower holds the same.
+    base_margin = margin
     outside = 0
     verify = False
     allowed = attempts + int(check_at_limit)
     saved = _Snapshot(model, optimizer)
     try:
+        if executor == "runtime":
+            outside = _outside_pool()
+            _check_outside(outside, budget)
+            if outside > 0:
+                margin = base_margin + outside
+                plan = _replanned(replan, margin, budget, tries)
         for n in range(1, allowed + 1):
             if n > 1:
                 saved.restore()
@@ -128,12 +139,7 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
                                                     autocast=autocast, loss=loss,
                                                     steps=steps, limited=verify)
                 outside = max(outside, _outside_pool())
-                if outside >= budget:
-                    raise PlannerError(
-                        f"the budget {budget} B cannot be promised: this process already holds "
-                        f"{outside} B of device memory outside autovm's pool (the CUDA "
-                        f"context, cuDNN's and cuBLAS's handles, and other processes on this "
-                        f"GPU). Give a larger budget", exit_code=6)
+                _check_outside(outside, budget)
             else:
                 peak, oom, start = _measure(plan, model, optimizer, x, labels, budget,
                                             allowance if capped else None, total, device,
@@ -166,16 +172,10 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
                     allowance += oom["reserved_bytes"] - oom["allocated_bytes"]
                     continue
             verify = False
-            margin += short + int(SLACK_FRACTION * budget)
+            margin = max(margin + short + int(SLACK_FRACTION * budget), base_margin + outside)
             if n == allowed or margin >= budget:
                 break
-            try:
-                plan = replan(margin)
-            except PlannerError as e:
-                raise PlannerError(
-                    f"the budget {budget} B cannot be promised: no plan keeps the graph within "
-                    f"it less {margin} B, what PyTorch was measured to hold beyond the graph "
-                    f"({_tries(tries)}): {e}", exit_code=6) from e
+            plan = _replanned(replan, margin, budget, tries)
         raise PlannerError(f"the budget {budget} B cannot be promised: PyTorch ran out of it "
                            f"in {len(tries)} tries ({_tries(tries)}). Give a larger budget",
                            exit_code=6)
@@ -185,6 +185,26 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
         gc.collect()
         if executor != "runtime":
             torch.cuda.empty_cache()
+
+
+def _check_outside(outside, budget):
+    if outside >= budget:
+        raise PlannerError(
+            f"the budget {budget} B cannot be promised: this process already holds "
+            f"{outside} B of device memory outside autovm's pool (the CUDA "
+            f"context, cuDNN's and cuBLAS's handles, and other processes on this "
+            f"GPU). Give a larger budget", exit_code=6)
+
+
+def _replanned(replan, margin, budget, tries):
+    """replan(margin), its refusal said as the calibration's."""
+    try:
+        return replan(margin)
+    except PlannerError as e:
+        raise PlannerError(
+            f"the budget {budget} B cannot be promised: no plan keeps the graph within "
+            f"it less {margin} B, what PyTorch was measured to hold beyond the graph and "
+            f"beside the pool ({_tries(tries)}): {e}", exit_code=6) from e
 
 
 def _tries(tries):
