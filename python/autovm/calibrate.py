@@ -76,10 +76,11 @@ def requested_bytes(message):
     return int(float(m.group(1)) * _UNIT[m.group(2)]) if m else 0
 
 
-def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
+def fit(replan, margin, model, example_batch, optimizer, budget, *, autocast=None,
         loss="cross-entropy", executor="copy", steps=2, attempts=6, capped=True):
-    """The first plan (of replan(margin), starting from `plan`) whose `steps` training steps
-    run within `budget` bytes. replan(margin) plans under budget - margin. capped=False: the
+    """The first plan of replan(m) whose `steps` training steps run within `budget` bytes, m
+    growing from `margin` (PyTorch's modelled extra memory over the graph; for runtime plans
+    on a vmm pool, plus the memory beside the pool). replan(m) plans under budget - m. capped=False: the
     copy path's steps run without the cap (the plan has the convolutions' measured
     workspaces, so cuDNN's choice need not be bounded). The plan returned has .calibration:
     {"plans", "peak_bytes", "margin_bytes", "tries": [...]}, and for runtime plans
@@ -98,7 +99,6 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
     if budget > total:
         raise PlannerError(f"the budget {budget} B is more than the GPU's {total} B", exit_code=6)
     labels = _labels(example_batch)
-    margin = plan.pytorch_margin_bytes
     allowance = int(FRAGMENTATION * budget)
     tries = []
     # Runtime plans on a vmm pool: a plan whose steps' need was within the budget runs them
@@ -127,9 +127,8 @@ def fit(plan, replan, model, example_batch, optimizer, budget, *, autocast=None,
         if executor == "runtime":
             outside = _outside_pool()
             _check_outside(outside, budget)
-            if outside > 0:
-                margin = base_margin + outside
-                plan = _replanned(replan, margin, budget, tries)
+        margin = base_margin + outside
+        plan = replan(margin) if outside == 0 else _replanned(replan, margin, budget, tries)
         for n in range(1, allowed + 1):
             if n > 1:
                 saved.restore()
@@ -201,10 +200,11 @@ def _replanned(replan, margin, budget, tries):
     try:
         return replan(margin)
     except PlannerError as e:
+        seen = f" ({_tries(tries)})" if tries else ""
         raise PlannerError(
             f"the budget {budget} B cannot be promised: no plan keeps the graph within "
-            f"it less {margin} B, what PyTorch was measured to hold beyond the graph and "
-            f"beside the pool ({_tries(tries)}): {e}", exit_code=6) from e
+            f"it less {margin} B, what PyTorch holds beyond the graph and the process beside "
+            f"the pool{seen}: {e}", exit_code=6) from e
 
 
 def _tries(tries):

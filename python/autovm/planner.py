@@ -448,14 +448,13 @@ def plan(model, example_batch, optimizer, budget=None, *, out=None, device=None,
             p.pytorch_margin_bytes = margin
             return p
 
-        p = planned(margin)
-        if calibrating:
-            # With measured workspaces planned, cuDNN's fast algorithms fit, and no cap is
-            # needed to keep it to ones that do (calibrate.py).
-            p = calibration.fit(p, planned, model, example_batch, optimizer, requested,
-                                autocast=mode, loss=loss, executor=executor,
-                                capped=not measured)
-        return p
+        if not calibrating:
+            return planned(margin)
+        # With measured workspaces planned, cuDNN's fast algorithms fit, and no cap is needed
+        # to keep it to ones that do (calibrate.py).
+        return calibration.fit(planned, margin, model, example_batch, optimizer, requested,
+                               autocast=mode, loss=loss, executor=executor,
+                               capped=not measured)
 
     try:
         if workspaces is None:

@@ -128,6 +128,10 @@ class CudaPool final : public DevicePool {
   // the compute stream run dry (docs/trainer-paging.md, "Waiting for room"). True when they fit.
   bool release_until_fits(int64_t needed);
 
+  // The device has passed the oldest free not known passed (frees_.front()): it is settled,
+  // and its event goes back to the spares.
+  void pass_oldest_free();
+
   // Of [address, address + bytes), the bytes of the chunks without device memory mapped.
   int64_t unmapped_bytes(uintptr_t address, uint64_t bytes) const;
 

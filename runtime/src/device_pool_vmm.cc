@@ -45,9 +45,7 @@ bool CudaPool::page_in(const Live& a, uintptr_t address, uint64_t bytes) {
   const auto [first, last] = chunks_of(address, bytes);
   for (size_t i = first; i <= last; ++i)
     if (host_[i]) unmap_host_chunk(i);  // the caller guarantees nothing queued reads them
-  int64_t needed = 0;
-  for (size_t i = first; i <= last; ++i)
-    if (!handles_[i]) needed += static_cast<int64_t>(chunk_);
+  const int64_t needed = unmapped_bytes(address, bytes);
   // The tensor is the trainer's, so it comes back whatever the capacity says; what no
   // allocation uses goes first, so that the pool stays within it where it can.
   if (resident_ + beyond_spares(needed) > limit_) release_until_fits(needed);
@@ -150,9 +148,7 @@ bool CudaPool::use_chunks(uintptr_t address, uint64_t bytes) {
       settle_through(freed_at_[i]);
       unmap_host_chunk(i);
     }
-  int64_t needed = 0;
-  for (size_t i = first; i <= last; ++i)
-    if (!handles_[i]) needed += static_cast<int64_t>(chunk_);
+  const int64_t needed = unmapped_bytes(address, bytes);
   if (resident_ + beyond_spares(needed) > limit_) return false;
   std::vector<size_t> mapped_now;
   for (size_t i = first; i <= last; ++i) {
@@ -203,9 +199,7 @@ void CudaPool::release_settled() {
     const cudaError_t done = cudaEventQuery(frees_.front().event);
     if (done == cudaErrorNotReady) break;
     check(done, "cudaEventQuery of a free");
-    settled_ = frees_.front().number;
-    spare_events_.push_back(frees_.front().event);
-    frees_.pop_front();
+    pass_oldest_free();
   }
   for (size_t i = 0; i < handles_.size(); ++i) {
     if (users_[i] != 0 || freed_at_[i] > settled_) continue;
@@ -218,18 +212,21 @@ bool CudaPool::release_until_fits(int64_t needed) {
   auto fits = [&] { return resident_ + beyond_spares(needed) <= limit_; };
   release_settled();
   while (!fits() && !frees_.empty()) {
-    const FreeMark next = frees_.front();
     {
       const HostTimer waiting(pressure_wait_us_);
-      check(cudaEventSynchronize(next.event), "cudaEventSynchronize of a free");
+      check(cudaEventSynchronize(frees_.front().event), "cudaEventSynchronize of a free");
     }
     ++stats_.pressure_waits;
-    settled_ = next.number;
-    spare_events_.push_back(next.event);
-    frees_.pop_front();
+    pass_oldest_free();
     release_settled();  // and any later frees the device has passed meanwhile
   }
   return fits();
+}
+
+void CudaPool::pass_oldest_free() {
+  settled_ = frees_.front().number;
+  spare_events_.push_back(frees_.front().event);
+  frees_.pop_front();
 }
 
 int64_t CudaPool::unmapped_bytes(uintptr_t address, uint64_t bytes) const {
@@ -245,9 +242,7 @@ int64_t CudaPool::unmapped_bytes(uintptr_t address, uint64_t bytes) const {
 void CudaPool::settle_through(uint64_t number) {
   while (settled_ < number && !frees_.empty()) {
     check(cudaEventSynchronize(frees_.front().event), "cudaEventSynchronize of a free");
-    settled_ = frees_.front().number;
-    spare_events_.push_back(frees_.front().event);
-    frees_.pop_front();
+    pass_oldest_free();
   }
 }
 

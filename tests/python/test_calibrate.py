@@ -168,7 +168,7 @@ def _():
     torch.cuda.get_device_properties = lambda d: type("Device", (), {"total_memory": 10 ** 6})
     try:
         m = Tiny().train()
-        p = calibrate.fit(Plan(0), Plan, m, (x, y), momentum(m), 1000, executor="runtime")
+        p = calibrate.fit(Plan, 0, m, (x, y), momentum(m), 1000, executor="runtime")
     finally:
         calibrate._measure_runtime, torch.cuda.get_device_properties = saved
     # 1150 B > 1000: the margin grows by 150 + 1 % of 1000, and 840 + 150 fits.
@@ -199,7 +199,7 @@ def _():
     torch.cuda.get_device_properties = lambda d: type("Device", (), {"total_memory": 10 ** 6})
     try:
         m = Tiny().train()
-        p = calibrate.fit(Plan(0), Plan, m, (x, y), momentum(m), 1000, executor="runtime")
+        p = calibrate.fit(Plan, 0, m, (x, y), momentum(m), 1000, executor="runtime")
     finally:
         calibrate._measure_runtime, torch.cuda.get_device_properties, \
             calibrate._limited_pool = saved
@@ -235,7 +235,7 @@ def scripted_vmm_fit(measure, shim=True, outside=0):
     torch.cuda.get_device_properties = lambda d: type("Device", (), {"total_memory": 10 ** 6})
     try:
         m = Tiny().train()
-        p = calibrate.fit(Plan(0), Plan, m, (x, y), momentum(m), 1000, executor="runtime")
+        p = calibrate.fit(Plan, 0, m, (x, y), momentum(m), 1000, executor="runtime")
     finally:
         (calibrate._measure_runtime, torch.cuda.get_device_properties, calibrate._limited_pool,
          calibrate._outside_pool, planner._pool_cuts_workspaces) = saved
@@ -324,7 +324,7 @@ def _():
     try:
         m = Tiny().train()
         return raises(autovm.PlannerError, lambda: calibrate.fit(
-            Plan(), lambda margin: Plan(), m, (x, y), momentum(m), 1000, executor="runtime"),
+            lambda margin: Plan(), 0, m, (x, y), momentum(m), 1000, executor="runtime"),
             "already holds 1200 B of device memory outside autovm's pool")
     finally:
         (calibrate._measure_runtime, torch.cuda.get_device_properties,

@@ -366,12 +366,12 @@ def summary(r, results):
     plain = next((p for p in results if p["model"] == r["model"] and p["config"] == "plain"
                   and "losses" in p), None)
     n = min(len(r["losses"]), len(plain["losses"])) if plain else 0
-    same = plain is not None and r["losses"][:n] == plain["losses"][:n]
+    same = r["losses"][:n] == plain["losses"][:n] if plain else None
     compared = (f"losses {'bit-identical' if same else 'DIFFER'} to plain ({n})" if plain else
                 "losses not compared (no plain run here or in --baseline)")
     text = (f"{r['model']:9} {r['config']:8} {r['step_ms']:9.1f} ms ({r['steps']} steps) "
             f"{compared}; cudaMemGetInfo used {r['cuda_used_bytes'] / 1e9:.2f} GB")
-    r["losses_identical_to_plain"] = same if plain else None
+    r["losses_identical_to_plain"] = same
     if "max_memory_allocated" in r:
         text += f", max_memory_allocated {r['max_memory_allocated'] / 1e9:.2f} GB"
     if "runtime" in r:
